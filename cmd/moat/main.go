@@ -1,0 +1,55 @@
+// Command moat runs untrusted code in a sandbox. See README.md.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	_ "github.com/moat-sandbox/moat/internal/box/native" // registers the box init role
+	"github.com/moat-sandbox/moat/internal/childproc"
+)
+
+// Exit statuses of moat itself (not of the code).
+const (
+	exitUsage    = 2  // bad flags or input; nothing ran
+	exitInternal = 70 // moat's own machinery failed (EX_SOFTWARE)
+)
+
+const usage = `moat runs untrusted Python and shell code in an isolated box.
+
+Usage:
+  moat run [flags] [FILE|-]   run code in a fresh box (moat run -h for flags)
+  moat doctor                 what this host supports and what moat enforces here
+  moat version                print the version
+
+`
+
+var version = "dev"
+
+func main() {
+	childproc.Dispatch() // a re-executed box init never reaches the CLI
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(args[1:], stdin, stdout, stderr)
+	case "doctor":
+		return cmdDoctor(args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "moat", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "moat: unknown command %q\n\n%s", args[0], usage)
+		return exitUsage
+	}
+}

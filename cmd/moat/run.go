@@ -1,0 +1,324 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/moat-sandbox/moat/internal/box"
+	"github.com/moat-sandbox/moat/internal/box/native"
+	"github.com/moat-sandbox/moat/internal/config"
+)
+
+// Exit statuses of `moat run` without --json when the code did not exit by itself.
+// With --json, moat exits 0 whenever it printed a result.
+const (
+	exitTimeout     = 124 // as timeout(1)
+	exitMemoryLimit = 137 // as a SIGKILLed process (the OOM killer)
+	exitOutputLimit = 141 // as SIGPIPE: the output was cut off
+)
+
+const runUsage = `Usage: moat run [flags] [FILE|-]
+
+Runs Python or bash code from FILE, or from stdin when FILE is - or absent, in a fresh
+box that is destroyed afterwards. The language is inferred from FILE's extension
+(.py, .sh, .bash) unless --lang is given.
+
+Exit status without --json: the code's own exit status; 124 on timeout, 137 at the
+memory limit, 141 for an output flood, 128+N when killed by signal N; 2 for usage
+errors and 70 when moat itself failed. With --json, moat prints one JSON result and
+exits 0 whenever it produced one.
+
+Flags:
+`
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+type runFlags struct {
+	lang, timeout, memory, cpus, pids, disk, tmp, output, network, backend string
+	jsonOut                                                                bool
+	files, env                                                             multiFlag
+}
+
+func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("moat run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f runFlags
+	fs.StringVar(&f.lang, "lang", "", "language: python|bash (default: from FILE's extension)")
+	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON result object on stdout")
+	fs.StringVar(&f.timeout, "timeout", "30s", "wall-clock limit (Go duration)")
+	fs.StringVar(&f.memory, "memory", "256MiB", "memory limit")
+	fs.StringVar(&f.cpus, "cpus", "1", "CPU limit in cores (e.g. 0.5, 2)")
+	fs.StringVar(&f.pids, "pids", "64", "limit on processes and threads")
+	fs.StringVar(&f.disk, "disk", "100MiB", "size of the writable workspace")
+	fs.StringVar(&f.tmp, "tmp", "64MiB", "size of /tmp")
+	fs.StringVar(&f.output, "output-limit", "1MiB", "bytes of output kept per stream (head and tail)")
+	fs.StringVar(&f.network, "network", "none", "network mode: none")
+	fs.StringVar(&f.backend, "backend", "native", "backend: native")
+	fs.Var(&f.files, "file", "copy host file SRC into the workspace, as DEST if given: SRC[:DEST] (repeatable)")
+	fs.Var(&f.env, "env", "set KEY=VALUE in the code's environment (repeatable)")
+	fs.Usage = func() { fmt.Fprint(stderr, runUsage); fs.PrintDefaults() }
+
+	pos, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return exitUsage // flag already printed the error
+	}
+	spec, cleanup, err := buildSpec(&f, pos, stdin)
+	defer cleanup()
+	if err != nil {
+		fmt.Fprintf(stderr, "moat: %v\n", err)
+		return exitUsage
+	}
+	if f.backend != "native" {
+		fmt.Fprintf(stderr, "moat: unknown backend %q (available: native)\n", f.backend)
+		return exitUsage
+	}
+	if !f.jsonOut {
+		spec.Stdout, spec.Stderr = stdout, stderr
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	backend := &native.Backend{}
+	res, err := backend.Run(ctx, spec)
+	if err != nil {
+		if f.jsonOut {
+			r := &box.Result{Status: box.StatusInternalError, ExitCode: -1, Error: err.Error()}
+			r.Normalize()
+			writeJSON(stdout, r)
+		}
+		fmt.Fprintf(stderr, "moat: %v\n", err)
+		return exitInternal
+	}
+	if f.jsonOut {
+		writeJSON(stdout, res)
+		return 0
+	}
+	return reportLive(res, spec.Limits, stderr)
+}
+
+func writeJSON(w io.Writer, r *box.Result) {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(r)
+}
+
+// reportLive finishes a run whose output was already streamed: it says why the code was
+// stopped, if it was, and maps the status to moat's exit status.
+func reportLive(res *box.Result, lim box.Limits, stderr io.Writer) int {
+	for _, w := range res.Warnings {
+		fmt.Fprintf(stderr, "moat: warning: %s\n", w)
+	}
+	if res.Truncated {
+		fmt.Fprintf(stderr, "moat: output truncated at %d bytes per stream\n", lim.WithDefaults().Output)
+	}
+	switch res.Status {
+	case box.StatusOK:
+		return 0
+	case box.StatusError, box.StatusKilled:
+		return res.ExitCode
+	case box.StatusTimeout:
+		fmt.Fprintf(stderr, "moat: timeout: killed after %s\n", lim.WithDefaults().Timeout)
+		return exitTimeout
+	case box.StatusMemoryLimit:
+		fmt.Fprintf(stderr, "moat: memory limit: killed at %d bytes\n", lim.WithDefaults().Memory)
+		return exitMemoryLimit
+	case box.StatusOutputLimit:
+		fmt.Fprintln(stderr, "moat: output limit: killed for flooding output")
+		return exitOutputLimit
+	default:
+		fmt.Fprintf(stderr, "moat: %s\n", res.Status)
+		return exitInternal
+	}
+}
+
+// parseInterleaved parses flags that may come before or after the FILE argument.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// buildSpec turns flags into a Spec. The returned cleanup closes opened files and is
+// always safe to call.
+func buildSpec(f *runFlags, pos []string, stdin io.Reader) (*box.Spec, func(), error) {
+	var opened []*os.File
+	cleanup := func() {
+		for _, o := range opened {
+			o.Close()
+		}
+	}
+	spec := &box.Spec{Network: f.network}
+	if f.network != "none" {
+		return nil, cleanup, fmt.Errorf("network mode %q is not available (only none for now)", f.network)
+	}
+	var err error
+	if spec.Limits.Timeout, err = config.ParseDuration(f.timeout); err != nil {
+		return nil, cleanup, fmt.Errorf("--timeout: %w", err)
+	}
+	for _, s := range []struct {
+		name, val string
+		dst       *int64
+	}{
+		{"--memory", f.memory, &spec.Limits.Memory},
+		{"--disk", f.disk, &spec.Limits.Disk},
+		{"--tmp", f.tmp, &spec.Limits.Tmp},
+		{"--output-limit", f.output, &spec.Limits.Output},
+	} {
+		if *s.dst, err = config.ParseSize(s.val); err != nil {
+			return nil, cleanup, fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	if spec.Limits.Memory < 16<<20 {
+		return nil, cleanup, fmt.Errorf("--memory: %s is below the minimum of 16MiB", f.memory)
+	}
+	if spec.Limits.CPUs, err = strconv.ParseFloat(f.cpus, 64); err != nil || spec.Limits.CPUs < 0.01 || spec.Limits.CPUs > 1024 {
+		return nil, cleanup, fmt.Errorf("--cpus: invalid value %q (want a number of cores between 0.01 and 1024)", f.cpus)
+	}
+	if spec.Limits.Pids, err = strconv.ParseInt(f.pids, 10, 64); err != nil || spec.Limits.Pids < 1 || spec.Limits.Pids > 1<<22 {
+		return nil, cleanup, fmt.Errorf("--pids: invalid value %q (want a whole number from 1)", f.pids)
+	}
+	for _, kv := range f.env {
+		if err := box.CheckEnv(kv); err != nil {
+			return nil, cleanup, fmt.Errorf("--env: %w", err)
+		}
+		spec.Env = append(spec.Env, kv)
+	}
+
+	if len(pos) > 1 {
+		return nil, cleanup, fmt.Errorf("expected at most one FILE, got %d: %s", len(pos), strings.Join(pos, " "))
+	}
+	src := "-"
+	if len(pos) == 1 {
+		src = pos[0]
+	}
+	var code []byte
+	if src == "-" {
+		code, err = io.ReadAll(io.LimitReader(stdin, box.MaxCodeBytes+1))
+	} else {
+		code, err = readCodeFile(src)
+	}
+	if err != nil {
+		return nil, cleanup, err
+	}
+	if err := box.CheckCode(code); err != nil {
+		return nil, cleanup, err
+	}
+	spec.Code = code
+	switch {
+	case f.lang != "":
+		l, err := box.LookupLanguage(f.lang)
+		if err != nil {
+			return nil, cleanup, fmt.Errorf("--lang: %w", err)
+		}
+		spec.Language = l.Name
+	case src == "-":
+		return nil, cleanup, fmt.Errorf("cannot infer the language of code read from stdin; pass --lang %s", box.LanguageNames())
+	default:
+		l, err := box.LanguageForFile(src)
+		if err != nil {
+			return nil, cleanup, err
+		}
+		spec.Language = l.Name
+	}
+
+	seen := map[string]bool{}
+	for _, fl := range f.files {
+		file, err := openInputFile(fl, spec.Limits.Disk)
+		if err != nil {
+			return nil, cleanup, fmt.Errorf("--file %s: %w", fl, err)
+		}
+		opened = append(opened, file.Src)
+		if seen[file.Dest] {
+			return nil, cleanup, fmt.Errorf("--file %s: destination %s given twice", fl, file.Dest)
+		}
+		seen[file.Dest] = true
+		spec.Files = append(spec.Files, file)
+	}
+	return spec, cleanup, nil
+}
+
+func readCodeFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read code: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("cannot read code: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("cannot read code: %s is not a regular file", path)
+	}
+	code, err := io.ReadAll(io.LimitReader(f, box.MaxCodeBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("cannot read code: %w", err)
+	}
+	return code, nil
+}
+
+// openInputFile opens SRC of a --file SRC[:DEST] flag. The box's init copies from the
+// open file; the path is never reopened.
+func openInputFile(arg string, max int64) (box.File, error) {
+	src, dest, hasDest := strings.Cut(arg, ":")
+	if src == "" {
+		return box.File{}, fmt.Errorf("want SRC[:DEST]")
+	}
+	if !hasDest {
+		dest = lastElem(src)
+	}
+	dest, err := box.CleanDest(dest)
+	if err != nil {
+		return box.File{}, err
+	}
+	f, err := os.Open(src)
+	if err != nil {
+		return box.File{}, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return box.File{}, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return box.File{}, fmt.Errorf("%s is not a regular file", src)
+	}
+	if fi.Size() > max {
+		f.Close()
+		return box.File{}, fmt.Errorf("%s is %d bytes, larger than the workspace (%d bytes; see --disk)", src, fi.Size(), max)
+	}
+	return box.File{Dest: dest, Src: f}, nil
+}
+
+func lastElem(p string) string {
+	p = strings.TrimRight(p, "/")
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}

@@ -1,0 +1,489 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moat-sandbox/moat/internal/box"
+	"github.com/moat-sandbox/moat/internal/testutil"
+)
+
+// fixtures are host resources the attacks aim at. Every attack is judged by their state
+// afterwards, never by what the box claims.
+type fixtures struct {
+	canary, canaryData string // a host file holding a secret
+	canaryDir          string
+	tcpPort, udpPort   int
+	tcpHits, udpHits   *atomic.Int64
+	sleeper            *exec.Cmd // a host process the box tries to kill
+}
+
+func newFixtures(t *testing.T) *fixtures {
+	t.Helper()
+	f := &fixtures{canaryData: "CANARY-" + fmt.Sprint(time.Now().UnixNano()), tcpHits: new(atomic.Int64), udpHits: new(atomic.Int64)}
+	f.canaryDir = filepath.Join("/root", "moat-attack-"+fmt.Sprint(os.Getpid()))
+	if err := os.MkdirAll(f.canaryDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(f.canaryDir) })
+	f.canary = filepath.Join(f.canaryDir, "canary.txt")
+	if err := os.WriteFile(f.canary, []byte(f.canaryData), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	f.tcpPort = ln.Addr().(*net.TCPAddr).Port
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.tcpHits.Add(1)
+			c.Close()
+		}
+	}()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	f.udpPort = pc.LocalAddr().(*net.UDPAddr).Port
+	go func() {
+		buf := make([]byte, 100)
+		for {
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				return
+			}
+			f.udpHits.Add(1)
+		}
+	}()
+	f.sleeper = exec.Command("/bin/sleep", "600")
+	if err := f.sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.sleeper.Process.Kill(); f.sleeper.Wait() })
+	return f
+}
+
+func (f *fixtures) expand(code string) string {
+	return strings.NewReplacer(
+		"{CANARY}", f.canary, "{CANARY_DIR}", f.canaryDir, "{CANARY_DATA}", f.canaryData,
+		"{TCP_PORT}", fmt.Sprint(f.tcpPort), "{UDP_PORT}", fmt.Sprint(f.udpPort),
+		"{SLEEPER_PID}", fmt.Sprint(f.sleeper.Process.Pid), "{SECRET}", hostSecret,
+	).Replace(code)
+}
+
+// assertCanaryIntact: the host canary still exists with its content.
+func (f *fixtures) assertCanaryIntact(t *testing.T) {
+	t.Helper()
+	b, err := os.ReadFile(f.canary)
+	if err != nil {
+		t.Fatalf("host canary is gone: %v", err)
+	}
+	if string(b) != f.canaryData {
+		t.Fatalf("host canary was changed to %q", b)
+	}
+	entries, _ := os.ReadDir(f.canaryDir)
+	if len(entries) != 1 {
+		t.Fatalf("host canary dir gained entries: %v", entries)
+	}
+}
+
+const pyLibc = `import ctypes, ctypes.util, os
+libc = ctypes.CDLL(None, use_errno=True)
+def sys(nr, *args):
+    r = libc.syscall(nr, *[ctypes.c_long(a) for a in args])
+    return r, ctypes.get_errno()
+`
+
+type attack struct {
+	name   string
+	lang   string
+	code   string
+	args   []string
+	status []box.Status // acceptable statuses
+	// check judges the host (and, secondarily, the output) afterwards.
+	check func(t *testing.T, f *fixtures, o runOut)
+}
+
+func attacks() []attack {
+	ok := []box.Status{box.StatusOK}
+	notLeaked := func(t *testing.T, f *fixtures, o runOut) {
+		t.Helper()
+		if strings.Contains(o.stdout, f.canaryData) || strings.Contains(o.stdout, hostSecret) {
+			t.Fatalf("a host secret leaked into the result:\n%s", o)
+		}
+	}
+	stdoutHas := func(want string) func(*testing.T, *fixtures, runOut) {
+		return func(t *testing.T, f *fixtures, o runOut) {
+			t.Helper()
+			notLeaked(t, f, o)
+			if !strings.Contains(o.res.Stdout, want) {
+				t.Fatalf("stdout lacks %q:\n%s", want, o)
+			}
+		}
+	}
+	return []attack{
+		// --- host files: read, write, delete ---
+		{name: "read host canary by path", lang: "python", code: `
+try:
+    print(open("{CANARY}").read())
+except OSError as e:
+    print("denied", type(e).__name__)`, status: ok, check: stdoutHas("denied")},
+		{name: "read host canary via /proc/self/root", lang: "python", code: `
+try:
+    print(open("/proc/self/root{CANARY}").read())
+except OSError as e:
+    print("denied", type(e).__name__)`, status: ok, check: stdoutHas("denied")},
+		{name: "read host canary via /proc/1/root", lang: "python", code: `
+try:
+    print(open("/proc/1/root{CANARY}").read())
+except OSError as e:
+    print("denied", type(e).__name__)`, status: ok, check: stdoutHas("denied")},
+		{name: "read host canary via dotdot walk", lang: "python", code: `
+import os
+try:
+    print(open("../../../../../../.." + "{CANARY}").read())
+except OSError as e:
+    print("denied", type(e).__name__)`, status: ok, check: stdoutHas("denied")},
+		{name: "read host canary via symlink in workspace", lang: "python", code: `
+import os
+os.symlink("{CANARY}", "link")
+try:
+    print(open("link").read())
+except OSError as e:
+    print("denied", type(e).__name__)`, status: ok, check: stdoutHas("denied")},
+		{name: "write host canary", lang: "bash", code: `echo pwned > {CANARY} 2>/dev/null; echo pwned > /proc/1/root{CANARY} 2>/dev/null; echo done`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) { f.assertCanaryIntact(t) }},
+		{name: "delete host canary", lang: "bash", code: `rm -rf {CANARY_DIR} /proc/self/root{CANARY_DIR} 2>/dev/null; rm -f /proc/1/root{CANARY} 2>/dev/null; echo done`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) { f.assertCanaryIntact(t) }},
+		{name: "create files in host dirs", lang: "bash", code: `for d in /usr/bin /usr/lib /etc /root /var /home /; do touch $d/moat-pwned-{SLEEPER_PID} 2>/dev/null && echo "wrote $d"; done; echo done`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				for _, d := range []string{"/usr/bin", "/usr/lib", "/etc", "/root", "/var", "/home", "/"} {
+					p := filepath.Join(d, fmt.Sprintf("moat-pwned-%d", f.sleeper.Process.Pid))
+					if _, err := os.Stat(p); err == nil {
+						os.Remove(p)
+						t.Errorf("the box created %s on the host", p)
+					}
+				}
+				if strings.Contains(o.res.Stdout, "wrote") {
+					t.Errorf("a write outside /tmp and /workspace succeeded in the box:\n%s", o)
+				}
+			}},
+		{name: "overwrite host library", lang: "python", code: `
+import glob
+n = 0
+for p in glob.glob("/usr/lib/x86_64-linux-gnu/libc.so*") + ["/usr/bin/python3", "/etc/ld.so.cache"]:
+    try:
+        open(p, "ab").write(b"x"); n += 1
+    except OSError:
+        pass
+print("written", n)`, status: ok, check: stdoutHas("written 0")},
+		{name: "host sensitive trees absent", lang: "bash", code: `ls -d /root /home /var /etc/shadow /sys /boot /run /srv /opt /mnt 2>/dev/null; echo "count=$(ls -d /root /home /var /etc/shadow /sys /boot /srv /opt /mnt 2>/dev/null | wc -l)"`, status: ok, check: stdoutHas("count=0")},
+		{name: "etc holds only generated files", lang: "bash", code: `ls /etc | tr '\n' ' '; echo; grep -c . /etc/passwd`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				for _, bad := range []string{"shadow", "ssh", "sudoers", "environment", "apt", "docker"} {
+					if strings.Contains(o.res.Stdout, bad) {
+						t.Fatalf("host /etc entry %q visible in the box:\n%s", bad, o)
+					}
+				}
+				if !strings.Contains(o.res.Stdout, "passwd") {
+					t.Fatalf("no generated passwd:\n%s", o)
+				}
+			}},
+		{name: "moat binary unreachable", lang: "python", code: `
+import os
+r = []
+for p in ["/proc/1/exe", "/proc/1/root/proc/1/exe"]:
+    try:
+        open(p, "rb").read(4); r.append("read " + p)
+    except OSError as e:
+        r.append("denied")
+try:
+    os.readlink("/proc/1/exe"); r.append("readlink ok")
+except OSError:
+    r.append("denied")
+print(r)`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				if strings.Contains(o.res.Stdout, "read ") || strings.Contains(o.res.Stdout, "readlink ok") {
+					t.Fatalf("the moat binary is reachable from the box:\n%s", o)
+				}
+			}},
+		// --- secrets and processes ---
+		{name: "host environment invisible", lang: "bash", code: `env; cat /proc/*/environ 2>/dev/null | tr '\0' '\n'; echo done`, status: ok, check: func(t *testing.T, f *fixtures, o runOut) {
+			notLeaked(t, f, o)
+			if strings.Contains(o.res.Stdout, "MOAT_TEST_SECRET") || strings.Contains(o.res.Stdout, "AWS_SECRET") {
+				t.Fatalf("host environment variable names visible:\n%s", o)
+			}
+		}},
+		{name: "host processes invisible", lang: "python", code: `
+import os
+pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+print("pids", pids)
+print("sleeper visible", os.path.exists("/proc/{SLEEPER_PID}/cmdline") and b"sleep" in open("/proc/{SLEEPER_PID}/cmdline","rb").read())`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				if !strings.Contains(o.res.Stdout, "sleeper visible False") {
+					t.Fatalf("host process visible:\n%s", o)
+				}
+				if strings.Count(o.res.Stdout, ",") > 3 {
+					t.Fatalf("more processes than the box's own:\n%s", o)
+				}
+			}},
+		{name: "host processes unkillable", lang: "python", code: `
+import os, signal
+killed = 0
+for pid in [{SLEEPER_PID}, 1] + list(range(2, 4000)):
+    try:
+        os.kill(pid, signal.SIGKILL); killed += 1
+    except OSError:
+        pass
+print("done")`, status: []box.Status{box.StatusOK, box.StatusKilled}, check: func(t *testing.T, f *fixtures, o runOut) {
+			if err := f.sleeper.Process.Signal(syscall.Signal(0)); err != nil {
+				t.Fatalf("the host process was killed: %v", err)
+			}
+		}},
+		// --- network ---
+		{name: "tcp to host loopback listener", lang: "python", code: `
+import socket
+for host in ["127.0.0.1", "localhost", "::1"]:
+    try:
+        socket.create_connection((host, {TCP_PORT}), timeout=2); print("connected", host)
+    except OSError as e:
+        print("refused", host, e.errno)`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				if f.tcpHits.Load() != 0 || strings.Contains(o.res.Stdout, "connected") {
+					t.Fatalf("the host listener got %d connections:\n%s", f.tcpHits.Load(), o)
+				}
+			}},
+		{name: "udp to host loopback listener", lang: "python", code: `
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(20):
+    try: s.sendto(b"x", ("127.0.0.1", {UDP_PORT}))
+    except OSError: pass
+print("sent")`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				time.Sleep(100 * time.Millisecond)
+				if n := f.udpHits.Load(); n != 0 {
+					t.Fatalf("the host UDP listener got %d datagrams", n)
+				}
+			}},
+		{name: "no interfaces but loopback", lang: "bash", code: `ls /proc/sys/net/ipv4/conf/ | tr '\n' ' '; echo; cat /proc/net/route | wc -l`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				fields := strings.Fields(strings.Split(o.res.Stdout, "\n")[0])
+				for _, i := range fields {
+					if i != "all" && i != "default" && i != "lo" {
+						t.Fatalf("interface %q in the box:\n%s", i, o)
+					}
+				}
+			}},
+		// --- resource exhaustion ---
+		{name: "fork bomb python", lang: "python", args: []string{"--timeout", "5s"}, code: `
+import os
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass`, status: []box.Status{box.StatusTimeout, box.StatusError, box.StatusKilled, box.StatusMemoryLimit}},
+		{name: "fork bomb bash", lang: "bash", args: []string{"--timeout", "5s"}, code: `b(){ b|b& }; b; sleep 30`,
+			status: []box.Status{box.StatusTimeout, box.StatusError, box.StatusOK, box.StatusKilled}},
+		{name: "thread bomb", lang: "python", args: []string{"--timeout", "5s"}, code: `
+import threading, time
+n = 0
+try:
+    while True:
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start(); n += 1
+except RuntimeError as e:
+    print("stopped at", n, "threads")`, status: []box.Status{box.StatusOK, box.StatusError, box.StatusTimeout},
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				if o.res.Status == box.StatusOK && !strings.Contains(o.res.Stdout, "stopped at") {
+					t.Fatalf("thread bomb not stopped:\n%s", o)
+				}
+			}},
+		{name: "memory bomb", lang: "python", args: []string{"--memory", "64MiB"}, code: `
+x = []
+while True:
+    x.append(bytearray(8 << 20))`, status: []box.Status{box.StatusMemoryLimit}},
+		{name: "memory bomb in a child", lang: "bash", args: []string{"--memory", "64MiB"}, code: `/usr/bin/python3 -c 'x=bytearray(512<<20); x[::4096]=b"x"*len(x[::4096])'`, status: []box.Status{box.StatusMemoryLimit}},
+		{name: "disk fill workspace", lang: "python", args: []string{"--disk", "8MiB"}, code: `
+n = 0
+with open("big", "wb") as f:
+    while True:
+        f.write(b"x" * (1 << 20)); f.flush(); n += 1`, status: []box.Status{box.StatusError},
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				if !strings.Contains(o.res.Stderr, "No space left") {
+					t.Fatalf("disk fill did not hit ENOSPC:\n%s", o)
+				}
+			}},
+		{name: "disk fill tmp", lang: "bash", args: []string{"--tmp", "4MiB"}, code: `head -c 64M /dev/zero > /tmp/fill; echo rc=$?; du -sk /tmp/fill`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				if !strings.Contains(o.res.Stdout, "rc=1") {
+					t.Fatalf("/tmp was not capped:\n%s", o)
+				}
+			}},
+		{name: "output flood", lang: "python", args: []string{"--output-limit", "64KiB"}, code: `
+import sys
+while True:
+    sys.stdout.write("A" * 65536)`, status: []box.Status{box.StatusOutputLimit},
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				if !o.res.Truncated || len(o.res.Stdout) > 70000 {
+					t.Fatalf("flood not capped: truncated=%v len=%d", o.res.Truncated, len(o.res.Stdout))
+				}
+			}},
+		{name: "infinite loop", lang: "python", args: []string{"--timeout", "1s"}, code: `while True: pass`, status: []box.Status{box.StatusTimeout},
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				if o.res.DurationMS < 900 || o.res.DurationMS > 5000 {
+					t.Fatalf("timeout of 1s took %d ms", o.res.DurationMS)
+				}
+			}},
+		{name: "double-forked daemon ignoring SIGTERM", lang: "python", code: `
+import os, signal, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        while True:
+            time.sleep(1)
+    os._exit(0)
+time.sleep(0.3)
+print("parent exits")`, status: ok, check: stdoutHas("parent exits")},
+		{name: "daemon outlives timeout", lang: "bash", args: []string{"--timeout", "2s"}, code: `(setsid sleep 600 &) ; nohup sleep 600 >/dev/null 2>&1 & disown; sleep 100`, status: []box.Status{box.StatusTimeout}},
+		// --- kernel attack surface ---
+		{name: "ptrace", lang: "python", code: pyLibc + `
+print("traceme", libc.ptrace(0, 0, 0, 0), ctypes.get_errno())
+pid = os.fork()
+if pid == 0:
+    import time; time.sleep(5); os._exit(0)
+print("attach", libc.ptrace(16, pid, 0, 0), ctypes.get_errno())
+os.kill(pid, 9)`, status: ok, check: stdoutHas("traceme -1 1\nattach -1 1")},
+		{name: "mount", lang: "python", code: pyLibc + `
+print("mount", libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, None), ctypes.get_errno())
+print("umount", libc.umount2(b"/proc", 2), ctypes.get_errno())`, status: ok, check: stdoutHas("mount -1 1\numount -1 1")},
+		{name: "unshare and setns", lang: "python", code: pyLibc + `
+for flag in [0x10000000, 0x00020000, 0x20000000, 0x40000000]:
+    print("unshare", hex(flag), libc.unshare(flag), ctypes.get_errno())
+fd = os.open("/proc/self/ns/mnt", os.O_RDONLY)
+print("setns", libc.setns(fd, 0), ctypes.get_errno())
+import subprocess
+print("unshare-cmd", subprocess.run(["/usr/bin/unshare", "-r", "true"], capture_output=True).returncode)`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				if strings.Contains(o.res.Stdout, " 0 ") || !strings.Contains(o.res.Stdout, "setns -1") || strings.Contains(o.res.Stdout, "unshare-cmd 0") {
+					t.Fatalf("namespace creation succeeded:\n%s", o)
+				}
+			}},
+		{name: "clone with namespace flags", lang: "python", code: pyLibc + `
+import signal
+# clone(CLONE_NEWUSER|SIGCHLD) via raw syscall 56
+print("clone", *sys(56, 0x10000000 | signal.SIGCHLD, 0, 0, 0, 0))`, status: ok, check: stdoutHas("clone -1 1")},
+		{name: "bpf keyctl module loading", lang: "python", code: pyLibc + `
+print("bpf", *sys(321, 0, 0, 0))
+print("keyctl", *sys(250, 0, 0, 0))
+print("add_key", *sys(248, 0, 0, 0, 0, 0))
+print("init_module", *sys(175, 0, 0, 0))
+print("finit_module", *sys(313, 0, 0, 0))
+print("delete_module", *sys(176, 0, 0))
+print("perf_event_open", *sys(298, 0, 0, 0, 0, 0))
+print("userfaultfd", *sys(323, 0))
+print("kexec_load", *sys(246, 0, 0, 0, 0))
+print("reboot", *sys(169, 0, 0, 0, 0))
+print("io_uring_setup", *sys(425, 1, 0))
+print("open_by_handle_at", *sys(304, 0, 0, 0))
+print("clock_settime", *sys(227, 0, 0))
+print("swapon", *sys(167, 0, 0))
+print("acct", *sys(163, 0))`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				lines := strings.Split(strings.TrimSpace(o.res.Stdout), "\n")
+				if len(lines) != 15 {
+					t.Fatalf("want 15 lines:\n%s", o)
+				}
+				for _, l := range lines {
+					if !strings.HasSuffix(l, " -1 1") {
+						t.Errorf("not denied with EPERM: %s", l)
+					}
+				}
+			}},
+		{name: "no capabilities and no_new_privs", lang: "bash", code: `grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp|Uid|Gid):' /proc/self/status`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				for _, want := range []string{"CapInh:\t0000000000000000", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "Uid:\t65534\t65534\t65534\t65534", "Gid:\t65534\t65534\t65534\t65534"} {
+					if !strings.Contains(o.res.Stdout, want) {
+						t.Errorf("want %q in /proc/self/status:\n%s", want, o.res.Stdout)
+					}
+				}
+			}},
+		{name: "chroot and setuid", lang: "python", code: `
+import os
+for name, fn in [("chroot", lambda: os.chroot("/tmp")), ("setuid0", lambda: os.setuid(0)), ("sethostname", lambda: __import__("socket").sethostname("x"))]:
+    try:
+        fn(); print(name, "ok")
+    except OSError as e:
+        print(name, "denied")`, status: ok, check: stdoutHas("chroot denied\nsetuid0 denied\nsethostname denied")},
+		{name: "devices", lang: "bash", code: `ls -A /dev | tr '\n' ' '; echo; for d in kvm mem kmem port sda vda nvme0 loop0 mapper tty; do [ -e /dev/$d ] && echo "present $d"; done; echo end`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				if strings.Contains(o.res.Stdout, "present") {
+					t.Fatalf("forbidden device present:\n%s", o)
+				}
+				first := strings.Fields(strings.Split(o.res.Stdout, "\n")[0])
+				allowed := map[string]bool{"null": true, "zero": true, "full": true, "random": true, "urandom": true, "fd": true, "stdin": true, "stdout": true, "stderr": true, "shm": true}
+				for _, d := range first {
+					if !allowed[d] {
+						t.Errorf("unexpected /dev entry %q", d)
+					}
+				}
+			}},
+		{name: "proc and sys hardening", lang: "bash", code: `echo x > /proc/sys/kernel/hostname 2>/dev/null && echo wrote-sysctl; echo b > /proc/sysrq-trigger 2>/dev/null && echo wrote-sysrq; head -c1 /proc/kcore 2>/dev/null | wc -c; echo end`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				if strings.Contains(o.res.Stdout, "wrote") || !strings.Contains(o.res.Stdout, "0\nend") {
+					t.Fatalf("proc not hardened:\n%s", o)
+				}
+			}},
+		{name: "setuid binary gains nothing", lang: "bash", code: `for b in /usr/bin/su /usr/bin/sudo /usr/bin/passwd /usr/bin/newgrp; do [ -x $b ] && $b -h </dev/null >/dev/null 2>&1; done; id -u`, status: ok, check: stdoutHas("65534")},
+	}
+}
+
+func TestAttacks(t *testing.T) {
+	testutil.RequireRoot(t)
+	f := newFixtures(t)
+	cases := attacks()
+	if len(cases) < 30 {
+		t.Fatalf("the attack suite has %d cases, want at least 30", len(cases))
+	}
+	for _, a := range cases {
+		t.Run(a.name, func(t *testing.T) {
+			before := snapshotHost(t)
+			o := moatRun(t, f.expand(a.code), append([]string{"--lang", a.lang}, a.args...)...)
+			if o.exit != 0 {
+				t.Fatalf("moat failed:\n%s", o)
+			}
+			okStatus := false
+			for _, s := range a.status {
+				okStatus = okStatus || o.res.Status == s
+			}
+			if !okStatus {
+				t.Errorf("status %s, want one of %v\n%s", o.res.Status, a.status, o)
+			}
+			if a.check != nil {
+				a.check(t, f, o)
+			}
+			f.assertCanaryIntact(t)
+			if strings.Contains(o.stdout, hostSecret) {
+				t.Errorf("the host secret leaked into the result")
+			}
+			checkHostClean(t, before)
+		})
+	}
+}

@@ -1,0 +1,97 @@
+package box
+
+import (
+	"context"
+	"io"
+	"os"
+	"time"
+)
+
+// Backend makes boxes. Run must destroy the box before it returns, whatever happened.
+type Backend interface {
+	// Name is the backend's config name, e.g. "native".
+	Name() string
+	// Run executes spec in a fresh box. A non-nil error means moat's own machinery
+	// failed; everything the code did is described by the Result.
+	Run(ctx context.Context, spec *Spec) (*Result, error)
+}
+
+// Spec is one execution: the code, its inputs and its limits.
+type Spec struct {
+	// Language selects the interpreter; see Languages.
+	Language string
+	// Code is the program text; CheckCode has validated it.
+	Code []byte
+	// Env holds extra KEY=VALUE pairs for the code, on top of SafeEnv.
+	Env []string
+	// Files are copied into the workspace before the code starts.
+	Files []File
+	// Limits bound what the box may use; zero fields take DefaultLimits.
+	Limits Limits
+	// Network is the network mode; only "none" exists for now.
+	Network string
+	// Stdout and Stderr, when set, receive the code's output live (after capping).
+	Stdout, Stderr io.Writer
+}
+
+// File is a host file the caller has opened to be copied into the workspace.
+type File struct {
+	// Dest is a clean, relative path inside the workspace.
+	Dest string
+	// Src is read by the box's init, never reopened by path. Run does not close it.
+	Src *os.File
+}
+
+// Limits bound one box.
+type Limits struct {
+	Timeout   time.Duration // wall clock, from the box's start
+	Memory    int64         // bytes, RAM (swap is limited to the same)
+	CPUs      float64       // CPU bandwidth in cores
+	Pids      int64         // processes and threads
+	Disk      int64         // bytes of writable workspace
+	Tmp       int64         // bytes of /tmp
+	Output    int64         // bytes kept per stream (stdout, stderr)
+	OpenFiles int64         // file descriptors per process
+}
+
+// DefaultLimits are the limits of issue #2 and the README.
+var DefaultLimits = Limits{
+	Timeout:   30 * time.Second,
+	Memory:    256 << 20,
+	CPUs:      1,
+	Pids:      64,
+	Disk:      100 << 20,
+	Tmp:       64 << 20,
+	Output:    1 << 20,
+	OpenFiles: 1024,
+}
+
+// WithDefaults returns l with every zero field taken from DefaultLimits.
+func (l Limits) WithDefaults() Limits {
+	d := DefaultLimits
+	if l.Timeout == 0 {
+		l.Timeout = d.Timeout
+	}
+	if l.Memory == 0 {
+		l.Memory = d.Memory
+	}
+	if l.CPUs == 0 {
+		l.CPUs = d.CPUs
+	}
+	if l.Pids == 0 {
+		l.Pids = d.Pids
+	}
+	if l.Disk == 0 {
+		l.Disk = d.Disk
+	}
+	if l.Tmp == 0 {
+		l.Tmp = d.Tmp
+	}
+	if l.Output == 0 {
+		l.Output = d.Output
+	}
+	if l.OpenFiles == 0 {
+		l.OpenFiles = d.OpenFiles
+	}
+	return l
+}

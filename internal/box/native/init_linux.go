@@ -1,0 +1,265 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/childproc"
+	"github.com/moat-sandbox/moat/internal/linux/caps"
+	"github.com/moat-sandbox/moat/internal/linux/landlock"
+	"github.com/moat-sandbox/moat/internal/linux/seccomp"
+)
+
+// InitRole is argv[1] of the box's init.
+const InitRole = "__moat-init"
+
+// The fds init is started with.
+const (
+	fdSync      = 3
+	fdExe       = 4
+	fdFirstFile = 5
+)
+
+func init() { childproc.Add(InitRole, runInit) }
+
+// Steps name where setup failed, for ChildError.
+const (
+	StepSpec     = "read-spec"
+	StepMount    = "mount"
+	StepPivot    = "pivot-root"
+	StepHostname = "hostname"
+	StepNetwork  = "loopback"
+	StepCgroupNS = "cgroup-namespace"
+	StepRlimits  = "rlimits"
+	StepCaps     = "capabilities"
+	StepNNP      = "no-new-privs"
+	StepLandlock = "landlock"
+	StepSeccomp  = "seccomp"
+	StepExec     = "exec"
+)
+
+// writableDirs are the only places the code may write (Landlock).
+var writableDirs = []string{"/tmp", "/workspace", "/dev/shm"}
+
+// runInit is PID 1 of the box. It must not write to fds 1 and 2: they are the code's
+// output. It reports to the parent on fdSync only.
+func runInit() int {
+	runtime.LockOSThread() // unshare(CLONE_NEWCGROUP) and fork must happen on one thread
+	unix.Close(fdExe)      // the binary's fd: the code must never inherit it
+	sync := os.NewFile(fdSync, "sync")
+	fail := func(step string, err error) int {
+		msg := initMsg{Kind: "error", Step: step, Detail: err.Error()}
+		var errno unix.Errno
+		if errors.As(err, &errno) {
+			msg.Errno = int(errno)
+		}
+		_ = writeFrame(sync, msg)
+		return 1
+	}
+	var s initSpec
+	if err := readFrame(sync, maxSpecFrame, &s); err != nil {
+		return fail(StepSpec, err)
+	}
+	abi, err := setup(&s)
+	if err != nil {
+		var se *stepError
+		if errors.As(err, &se) {
+			return fail(se.step, se.err)
+		}
+		return fail("setup", err)
+	}
+	msg, err := runCode(&s)
+	if err != nil {
+		return fail(StepExec, err)
+	}
+	msg.LandlockABI = abi
+	_ = writeFrame(sync, msg)
+	return msg.ExitCode
+}
+
+type stepError struct {
+	step string
+	err  error
+}
+
+func (e *stepError) Error() string { return e.step + ": " + e.err.Error() }
+func (e *stepError) Unwrap() error { return e.err }
+
+func stepErr(step string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &stepError{step: step, err: err}
+}
+
+// setup runs as PID 1 of the new namespaces. Order matters: mounts need capabilities,
+// which are dropped from the bounding set only afterwards; Landlock needs no_new_privs;
+// seccomp comes last because it forbids mount and unshare.
+// Preconditions: must be called with the OS thread locked.
+func setup(s *initSpec) (landlockABI int, err error) {
+	if err := mountRootfs(s); err != nil {
+		return 0, stepErr(StepMount, err)
+	}
+	if err := pivotRoot(); err != nil {
+		return 0, stepErr(StepPivot, err)
+	}
+	if err := unix.Sethostname([]byte("moat")); err != nil {
+		return 0, stepErr(StepHostname, os.NewSyscallError("sethostname", err))
+	}
+	if err := loopbackUp(); err != nil {
+		return 0, stepErr(StepNetwork, err)
+	}
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return 0, stepErr(StepCgroupNS, os.NewSyscallError("unshare(CLONE_NEWCGROUP)", err))
+	}
+	if err := setRlimits(s); err != nil {
+		return 0, stepErr(StepRlimits, err)
+	}
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) //nolint:errcheck // cannot fail for 0
+	if err := caps.DropBounding(); err != nil {
+		return 0, stepErr(StepCaps, err)
+	}
+	if err := caps.NoNewPrivs(); err != nil {
+		return 0, stepErr(StepNNP, err)
+	}
+	abi, err := landlock.Restrict(writableDirs, devicePaths())
+	if err != nil {
+		return 0, stepErr(StepLandlock, err)
+	}
+	if err := seccomp.Install(); err != nil {
+		return 0, stepErr(StepSeccomp, err)
+	}
+	return abi, nil
+}
+
+func devicePaths() []string {
+	out := make([]string, len(devices))
+	for i, d := range devices {
+		out[i] = "/dev/" + d
+	}
+	return out
+}
+
+func setRlimits(s *initSpec) error {
+	limits := []struct {
+		res  int
+		name string
+		v    uint64
+	}{
+		{unix.RLIMIT_CORE, "core", 0},
+		{unix.RLIMIT_NOFILE, "nofile", uint64(s.OpenFiles)},
+		{unix.RLIMIT_NPROC, "nproc", uint64(s.Pids)},
+		{unix.RLIMIT_CPU, "cpu", s.CPUSecs},
+	}
+	if s.AddressSpace > 0 {
+		limits = append(limits, struct {
+			res  int
+			name string
+			v    uint64
+		}{unix.RLIMIT_AS, "as", uint64(s.AddressSpace)})
+	}
+	for _, l := range limits {
+		// Lowering is always allowed; raising past the inherited hard limit is not
+		// (CAP_SYS_RESOURCE in the host namespace), so never ask for more.
+		var cur unix.Rlimit
+		if err := unix.Getrlimit(l.res, &cur); err != nil {
+			return fmt.Errorf("getrlimit %s: %w", l.name, err)
+		}
+		v := min(l.v, cur.Max)
+		if err := unix.Setrlimit(l.res, &unix.Rlimit{Cur: v, Max: v}); err != nil {
+			return fmt.Errorf("setrlimit %s=%d: %w", l.name, v, err)
+		}
+	}
+	return nil
+}
+
+// loopbackUp brings up lo in the box's empty network namespace, so code can talk to
+// itself on 127.0.0.1; there is no other interface and no route out.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return os.NewSyscallError("socket", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return os.NewSyscallError("ioctl(SIOCGIFFLAGS)", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return os.NewSyscallError("ioctl(SIOCSIFFLAGS)", err)
+	}
+	return nil
+}
+
+// runCode forks the code as uid/gid 65534 with no capabilities, reaps every orphan the
+// box produces, and returns when the code itself exits. Returning ends init, and the
+// kernel then kills everything left in the PID namespace.
+func runCode(s *initSpec) (initMsg, error) {
+	devnull, err := os.Open("/dev/null")
+	if err != nil {
+		return initMsg{}, err
+	}
+	// Every fd but 0-2 is close-on-exec from here on: the code inherits only its stdio.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return initMsg{}, os.NewSyscallError("close_range", err)
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
+	argv := append(append([]string{}, s.Argv...), s.CodePath)
+	pid, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
+		Dir:   "/workspace",
+		Env:   s.Env,
+		Files: []uintptr{devnull.Fd(), 1, 2},
+		Sys: &syscall.SysProcAttr{
+			Credential: &syscall.Credential{Uid: boxUID, Gid: boxGID, Groups: []uint32{}},
+			Setsid:     true,
+			Pdeathsig:  syscall.SIGKILL,
+		},
+	})
+	devnull.Close()
+	if err != nil {
+		return initMsg{}, fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	go func() {
+		for sig := range sigs {
+			_ = unix.Kill(pid, sig.(unix.Signal))
+		}
+	}()
+	for {
+		var ws unix.WaitStatus
+		var ru unix.Rusage
+		wpid, err := unix.Wait4(-1, &ws, 0, &ru)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return initMsg{}, os.NewSyscallError("wait4", err)
+		}
+		if wpid != pid {
+			continue // an orphan re-parented to PID 1: reaped
+		}
+		msg := initMsg{
+			Kind:        "exit",
+			CPUMicros:   ru.Utime.Sec*1e6 + ru.Utime.Usec + ru.Stime.Sec*1e6 + ru.Stime.Usec,
+			MaxRSSBytes: ru.Maxrss * 1024,
+		}
+		switch {
+		case ws.Exited():
+			msg.ExitCode = ws.ExitStatus()
+		case ws.Signaled():
+			msg.Signal = int(ws.Signal())
+			msg.ExitCode = 128 + msg.Signal
+		}
+		return msg, nil
+	}
+}

@@ -1,0 +1,396 @@
+package native
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/box"
+	"github.com/moat-sandbox/moat/internal/linux/cgroup"
+)
+
+// Host ids the box's user namespace maps to. Neither is host root, and neither owns any
+// host file, so a process that escaped its namespaces would still be unprivileged.
+const (
+	HostRootUID = 1_000_000_000        // uid 0 inside (init only)
+	HostBoxUID  = HostRootUID + boxUID // uid 65534 inside (the code)
+	cloneFlags  = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS
+	readChunk   = 32 << 10
+	drainGrace  = 2 * time.Second
+	cgroupGrace = 2 * time.Second
+)
+
+// Backend is the native backend. The zero value is ready to use.
+type Backend struct {
+	// Log receives operational messages; nil means slog.Default().
+	Log *slog.Logger
+}
+
+// Name implements box.Backend.
+func (*Backend) Name() string { return "native" }
+
+func (b *Backend) log() *slog.Logger {
+	if b.Log != nil {
+		return b.Log
+	}
+	return slog.Default()
+}
+
+// Run implements box.Backend.
+func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) {
+	if os.Geteuid() != 0 {
+		return nil, ErrNeedRoot
+	}
+	lang, err := box.LookupLanguage(spec.Language)
+	if err != nil {
+		return nil, err
+	}
+	if spec.Network != "" && spec.Network != "none" {
+		return nil, fmt.Errorf("network mode %q is not supported by the native backend (only none)", spec.Network)
+	}
+	lim := spec.Limits.WithDefaults()
+	res := &box.Result{}
+	start := time.Now()
+
+	cg, cgErr := cgroup.New(boxName(), cgroup.Limits{MemoryBytes: lim.Memory, Pids: lim.Pids, CPUs: lim.CPUs})
+	if cgErr != nil {
+		res.Warnings = append(res.Warnings, "cgroups unavailable ("+cgErr.Error()+"): memory is limited by RLIMIT_AS, processes by RLIMIT_NPROC, CPU time by RLIMIT_CPU only")
+		b.log().Warn("cgroups unavailable, falling back to rlimits", "err", cgErr)
+	} else {
+		defer func() {
+			if err := cg.Destroy(); err != nil {
+				b.log().Error("destroy cgroup", "err", err)
+			}
+		}()
+	}
+
+	exe, hostExe, err := openSelf()
+	if err != nil {
+		return nil, err
+	}
+	defer exe.Close()
+	parentSock, childSock, err := socketpair()
+	if err != nil {
+		return nil, err
+	}
+	defer parentSock.Close()
+	stdoutR, stdoutW, err := boxPipe()
+	if err != nil {
+		childSock.Close()
+		return nil, err
+	}
+	defer stdoutR.Close()
+	stderrR, stderrW, err := boxPipe()
+	if err != nil {
+		childSock.Close()
+		stdoutW.Close()
+		return nil, err
+	}
+	defer stderrR.Close()
+
+	is := &initSpec{
+		Argv:      lang.Argv,
+		Env:       box.MergeEnv(spec.Env),
+		Code:      spec.Code,
+		CodePath:  lang.CodePath,
+		TmpBytes:  lim.Tmp,
+		DiskBytes: lim.Disk,
+		Pids:      lim.Pids,
+		OpenFiles: lim.OpenFiles,
+		CPUSecs:   uint64(math.Ceil(lim.Timeout.Seconds()*math.Max(lim.CPUs, 1))) + 2,
+		HostExe:   hostExe,
+	}
+	if cgErr != nil {
+		is.AddressSpace = lim.Memory
+	}
+	extra := []*os.File{childSock, exe}
+	for i, f := range spec.Files {
+		is.Files = append(is.Files, initFile{Dest: f.Dest, FD: fdFirstFile + i})
+		extra = append(extra, f.Src)
+	}
+
+	ids := func(inside int) []syscall.SysProcIDMap {
+		return []syscall.SysProcIDMap{{ContainerID: 0, HostID: HostRootUID, Size: 1}, {ContainerID: inside, HostID: HostBoxUID, Size: 1}}
+	}
+	cmd := &exec.Cmd{
+		Path:       "/proc/self/fd/" + strconv.Itoa(fdExe),
+		Args:       []string{"moat-init", InitRole},
+		Env:        []string{},
+		Stdout:     stdoutW,
+		Stderr:     stderrW,
+		ExtraFiles: extra,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:                 cloneFlags,
+			UidMappings:                ids(boxUID),
+			GidMappings:                ids(boxGID),
+			GidMappingsEnableSetgroups: true,
+			Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
+			Pdeathsig:                  syscall.SIGKILL,
+		},
+	}
+	if cg != nil {
+		if fd, ok := cg.FD(); ok {
+			cmd.SysProcAttr.UseCgroupFD = true
+			cmd.SysProcAttr.CgroupFD = fd
+		}
+	}
+	err = cmd.Start()
+	childSock.Close()
+	stdoutW.Close()
+	stderrW.Close()
+	if err != nil {
+		return nil, fmt.Errorf("start box init: %w", err)
+	}
+	kill := func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		if cg != nil {
+			_ = cg.Kill()
+		}
+	}
+	if cg != nil {
+		if _, ok := cg.FD(); !ok {
+			if err := cg.AddProc(cmd.Process.Pid); err != nil {
+				kill()
+				_ = cmd.Wait()
+				return nil, fmt.Errorf("place box in cgroup: %w", err)
+			}
+		}
+	}
+
+	// Everything from here reads untrusted data: frames are bounded, output is capped.
+	outCap := box.NewCapture(lim.Output, spec.Stdout)
+	errCap := box.NewCapture(lim.Output, spec.Stderr)
+	flood := make(chan struct{}, 2)
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go drain(&readers, stdoutR, outCap, flood)
+	go drain(&readers, stderrR, errCap, flood)
+	msgc := make(chan initMsg, 1)
+	go func() {
+		var m initMsg
+		if err := readFrame(parentSock, maxInitFrame, &m); err != nil {
+			m = initMsg{Kind: "none", Detail: err.Error()}
+		}
+		msgc <- m
+	}()
+	if err := writeFrame(parentSock, is); err != nil {
+		kill()
+	}
+	waitc := make(chan error, 1)
+	go func() { waitc <- cmd.Wait() }()
+
+	timer := time.NewTimer(lim.Timeout)
+	defer timer.Stop()
+	var killedFor box.Status
+	var waitErr error
+wait:
+	for {
+		select {
+		case waitErr = <-waitc:
+			break wait
+		case <-timer.C:
+			killedFor = box.StatusTimeout
+			kill()
+		case <-flood:
+			if killedFor == "" {
+				killedFor = box.StatusOutputLimit
+			}
+			kill()
+		case <-ctx.Done():
+			if killedFor == "" {
+				killedFor = box.StatusKilled
+			}
+			kill()
+		}
+	}
+	res.DurationMS = time.Since(start).Milliseconds()
+	if cg != nil {
+		_ = cg.Kill() // init is gone, so is its PID namespace; this is belt and braces
+	}
+	waitReaders(&readers, stdoutR, stderrR)
+	msg := <-msgc
+
+	res.Stdout, res.Stderr = outCap.String(), errCap.String()
+	res.Truncated = outCap.Truncated() || errCap.Truncated()
+	res.Usage = box.Usage{CPUMS: msg.CPUMicros / 1000, PeakMemoryBytes: msg.MaxRSSBytes}
+	oomKills := int64(0)
+	if cg != nil {
+		if st, err := cg.Stats(); err == nil {
+			res.Usage.CPUMS = st.CPUUsage.Milliseconds()
+			if st.PeakMemoryBytes > 0 {
+				res.Usage.PeakMemoryBytes = st.PeakMemoryBytes
+			}
+			oomKills = st.OOMKills
+		}
+	}
+	res.Isolation = isolationList(cg, msg.LandlockABI)
+
+	switch {
+	case killedFor != "":
+		res.Status, res.ExitCode = killedFor, -1
+	case msg.Kind == "error":
+		return nil, &ChildError{Step: msg.Step, Errno: syscall.Errno(msg.Errno), Detail: msg.Detail}
+	case msg.Kind != "exit":
+		return nil, fmt.Errorf("box init ended without a result (%v): %s", waitErr, msg.Detail)
+	case oomKills > 0 && msg.ExitCode != 0:
+		res.Status, res.ExitCode = box.StatusMemoryLimit, msg.ExitCode
+	case msg.Signal != 0:
+		res.Status, res.ExitCode = box.StatusKilled, msg.ExitCode
+	case msg.ExitCode != 0:
+		res.Status, res.ExitCode = box.StatusError, msg.ExitCode
+	default:
+		res.Status = box.StatusOK
+	}
+	if res.Status == box.StatusTimeout {
+		res.Stderr += fmt.Sprintf("\n[moat: killed after the timeout of %s]\n", lim.Timeout)
+	}
+	if res.Status == box.StatusMemoryLimit {
+		res.Stderr += fmt.Sprintf("\n[moat: killed at the memory limit of %d bytes]\n", lim.Memory)
+	}
+	if res.Status == box.StatusOutputLimit {
+		res.Stderr += fmt.Sprintf("\n[moat: killed for flooding output far past the cap of %d bytes]\n", lim.Output)
+	}
+	res.Warnings = append(res.Warnings, warnings(msg.LandlockABI)...)
+	res.Normalize()
+	return res, nil
+}
+
+// drain copies one output pipe into its capture, and reports a flood once.
+func drain(wg *sync.WaitGroup, r io.Reader, c *box.Capture, flood chan<- struct{}) {
+	defer wg.Done()
+	buf := make([]byte, readChunk)
+	reported := false
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			c.Write(buf[:n]) //nolint:errcheck // Capture never fails
+			if !reported && c.Flooded() {
+				reported = true
+				flood <- struct{}{}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// waitReaders waits for both output pipes to reach EOF. Every writer died with the PID
+// namespace, so EOF is immediate; the grace only guards against a kernel surprise.
+func waitReaders(wg *sync.WaitGroup, pipes ...*os.File) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(drainGrace):
+		for _, p := range pipes {
+			_ = p.SetReadDeadline(time.Now())
+		}
+		<-done
+	}
+}
+
+func isolationList(cg *cgroup.Box, landlockABI int) []string {
+	iso := []string{
+		"user_namespace", "mount_namespace", "pid_namespace", "network_namespace",
+		"ipc_namespace", "uts_namespace", "cgroup_namespace",
+		"readonly_root", "uid_65534", "no_capabilities", "no_new_privs", "seccomp", "rlimits",
+	}
+	if landlockABI > 0 {
+		iso = append(iso, "landlock_abi_"+strconv.Itoa(landlockABI))
+	}
+	if cg != nil {
+		iso = append(iso, fmt.Sprintf("cgroup_v%d", cg.Version()))
+		for _, c := range cg.Controllers() {
+			iso = append(iso, "cgroup_"+c)
+		}
+	}
+	return iso
+}
+
+func warnings(landlockABI int) []string {
+	if landlockABI == 0 {
+		return []string{"landlock unavailable on this kernel: file writes are confined by the read-only mounts only"}
+	}
+	return nil
+}
+
+func boxName() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("box-%d-%s", os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// openSelf opens the running binary for init to be executed through its fd, and returns
+// its host path (to be masked in the box).
+func openSelf() (*os.File, string, error) {
+	path, err := os.Executable()
+	if err != nil {
+		return nil, "", fmt.Errorf("find own binary: %w", err)
+	}
+	if p, err := filepath.EvalSymlinks(path); err == nil {
+		path = p
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("open own binary: %w", err)
+	}
+	return f, path, nil
+}
+
+func socketpair() (parent, child *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, os.NewSyscallError("socketpair", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "sync-parent"), os.NewFile(uintptr(fds[1]), "sync-child"), nil
+}
+
+// boxPipe makes an output pipe owned by the box's uid, so that code may reopen it as
+// /dev/stdout or /dev/stderr (a pipe inode is owned by its creator, mode 0600).
+func boxPipe() (r, w *os.File, err error) {
+	r, w, err = os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := unix.Fchown(int(w.Fd()), HostBoxUID, HostBoxUID); err != nil {
+		r.Close()
+		w.Close()
+		return nil, nil, os.NewSyscallError("fchown pipe", err)
+	}
+	return r, w, nil
+}
+
+// ChildError is a failure of the box's init during setup, reported over the sync socket.
+type ChildError struct {
+	Step   string
+	Errno  syscall.Errno
+	Detail string
+}
+
+func (e *ChildError) Error() string { return "box setup failed at " + e.Step + ": " + e.Detail }
+
+// Unwrap lets callers test the errno with errors.Is.
+func (e *ChildError) Unwrap() error {
+	if e.Errno == 0 {
+		return nil
+	}
+	return e.Errno
+}
+
+// ErrNeedRoot: the native backend currently needs root (rootless mode is tracked in the issue).
+var ErrNeedRoot = errors.New("the native backend needs root for now (run moat as root; rootless mode is not built yet)")

@@ -1,0 +1,85 @@
+package native
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
+// Frames on the sync socket are a 4-byte big-endian length and a JSON body. Both
+// directions are bounded: a frame over the limit ends the box, never the parent.
+const (
+	maxSpecFrame = 4 << 20  // parent -> init: the spec carries the code (MaxCodeBytes)
+	maxInitFrame = 64 << 10 // init -> parent: small status messages
+)
+
+// initSpec is everything init needs, sent as the first frame. It never travels in argv or
+// the environment.
+type initSpec struct {
+	Argv      []string   `json:"argv"`
+	Env       []string   `json:"env"`
+	Code      []byte     `json:"code"`
+	CodePath  string     `json:"code_path"`
+	Files     []initFile `json:"files"`
+	TmpBytes  int64      `json:"tmp_bytes"`
+	DiskBytes int64      `json:"disk_bytes"`
+	Pids      int64      `json:"pids"`
+	OpenFiles int64      `json:"open_files"`
+	CPUSecs   uint64     `json:"cpu_secs"`
+	// AddressSpace, when non-zero, is RLIMIT_AS: the memory fallback without cgroups.
+	AddressSpace int64 `json:"address_space"`
+	// HostExe is the moat binary's host path, masked inside the box if a bound tree holds it.
+	HostExe string `json:"host_exe"`
+}
+
+type initFile struct {
+	Dest string `json:"dest"`
+	FD   int    `json:"fd"`
+}
+
+// initMsg is what init reports: one "error" (setup failed at Step) or one "exit".
+type initMsg struct {
+	Kind        string `json:"kind"` // "error" | "exit"
+	Step        string `json:"step,omitempty"`
+	Errno       int    `json:"errno,omitempty"`
+	Detail      string `json:"detail,omitempty"`
+	ExitCode    int    `json:"exit_code"`
+	Signal      int    `json:"signal,omitempty"`
+	CPUMicros   int64  `json:"cpu_us"`
+	MaxRSSBytes int64  `json:"max_rss_bytes"`
+	LandlockABI int    `json:"landlock_abi"`
+}
+
+func writeFrame(w io.Writer, v any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode frame: %w", err)
+	}
+	buf := make([]byte, 4+len(body))
+	binary.BigEndian.PutUint32(buf, uint32(len(body)))
+	copy(buf[4:], body)
+	if _, err := w.Write(buf); err != nil {
+		return fmt.Errorf("write frame: %w", err)
+	}
+	return nil
+}
+
+func readFrame(r io.Reader, max int, v any) error {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if int64(n) > int64(max) {
+		return fmt.Errorf("frame of %d bytes exceeds the limit of %d", n, max)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return fmt.Errorf("read frame body: %w", err)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("decode frame: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,71 @@
+package box
+
+// Status is the outcome of an execution. The values are part of the JSON contract.
+type Status string
+
+const (
+	StatusOK            Status = "ok"             // exited 0
+	StatusError         Status = "error"          // exited non-zero
+	StatusTimeout       Status = "timeout"        // killed at the wall-clock limit
+	StatusMemoryLimit   Status = "memory_limit"   // killed by the OOM killer of the box's cgroup
+	StatusOutputLimit   Status = "output_limit"   // killed for flooding far past the output cap
+	StatusBlocked       Status = "blocked"        // refused by policy before running
+	StatusKilled        Status = "killed"         // ended by a signal
+	StatusInternalError Status = "internal_error" // moat itself failed
+)
+
+// Result is the one result shape of every front end (CLI --json, HTTP, MCP). Field
+// names and meanings are a contract: add fields, never rename or remove them.
+type Result struct {
+	Status     Status      `json:"status"`
+	ExitCode   int         `json:"exit_code"`
+	Stdout     string      `json:"stdout"`
+	Stderr     string      `json:"stderr"`
+	Result     *string     `json:"result"`
+	Display    []Display   `json:"display"`
+	Violations []Violation `json:"violations"`
+	Redactions int         `json:"redactions"`
+	Truncated  bool        `json:"truncated"`
+	DurationMS int64       `json:"duration_ms"`
+	Usage      Usage       `json:"usage"`
+	// Isolation names every protection that was in force, e.g. "seccomp".
+	Isolation []string `json:"isolation"`
+	// Warnings says, in plain words, which protections were weaker than configured.
+	Warnings []string `json:"warnings"`
+	// Error explains an internal_error; empty otherwise.
+	Error string `json:"error,omitempty"`
+}
+
+// Display is one rich output (a figure as PNG, for example).
+type Display struct {
+	MIMEType string `json:"mime_type"`
+	Data     string `json:"data"` // base64
+}
+
+// Violation is one policy rule that refused the code.
+type Violation struct {
+	Rule   string `json:"rule"`
+	Detail string `json:"detail"`
+}
+
+// Usage is what the box consumed.
+type Usage struct {
+	CPUMS           int64 `json:"cpu_ms"`
+	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
+}
+
+// Normalize replaces nil slices with empty ones so the JSON shape never varies.
+func (r *Result) Normalize() {
+	if r.Display == nil {
+		r.Display = []Display{}
+	}
+	if r.Violations == nil {
+		r.Violations = []Violation{}
+	}
+	if r.Isolation == nil {
+		r.Isolation = []string{}
+	}
+	if r.Warnings == nil {
+		r.Warnings = []string{}
+	}
+}

@@ -1,0 +1,53 @@
+// Package caps drops Linux capabilities. It wraps prctl(2); see capabilities(7).
+package caps
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// LastCap returns the highest capability number the kernel knows.
+func LastCap() (int, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("parse cap_last_cap: %w", err)
+	}
+	return n, nil
+}
+
+// DropBounding removes every capability from the bounding set and clears the ambient
+// set, on every thread of the process, so no later execve can gain a capability (file
+// capabilities or setuid binaries included). The caller keeps its current permitted set.
+// Precondition: CAP_SETPCAP in the caller's user namespace.
+func DropBounding() error {
+	last, err := LastCap()
+	if err != nil {
+		return err
+	}
+	for c := 0; c <= last; c++ {
+		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 {
+			return os.NewSyscallError(fmt.Sprintf("prctl(PR_CAPBSET_DROP, %d)", c), e)
+		}
+	}
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); e != 0 {
+		return os.NewSyscallError("prctl(PR_CAP_AMBIENT_CLEAR_ALL)", e)
+	}
+	return nil
+}
+
+// NoNewPrivs sets no_new_privs on every thread: execve can never grant privileges again.
+func NoNewPrivs() error {
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
+		return os.NewSyscallError("prctl(PR_SET_NO_NEW_PRIVS)", e)
+	}
+	return nil
+}

@@ -1,0 +1,347 @@
+package cgroup
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The tests in this file run against the host's real cgroups. Outside
+// CI they skip when not root; with CI=true they fail instead, because
+// CI runs as root and a skip there would hide a regression.
+
+func requireKernel(t testing.TB) {
+	t.Helper()
+	reason := ""
+	if os.Geteuid() != 0 {
+		reason = "kernel cgroup test needs root"
+	} else if _, err := current(); err != nil {
+		reason = err.Error()
+	}
+	if reason == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s (CI=true, not skipping)", reason)
+	}
+	t.Skip(reason)
+}
+
+// boxName returns a fresh "box-<ourpid>-<random>" name.
+func boxName(t testing.TB) string {
+	t.Helper()
+	var r [6]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("box-%d-%s", os.Getpid(), hex.EncodeToString(r[:]))
+}
+
+// newKernelBox creates a box on the real host and destroys it at cleanup.
+func newKernelBox(t *testing.T, lim Limits) *Box {
+	t.Helper()
+	b, err := New(boxName(t), lim)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := b.Destroy(); err != nil {
+			t.Errorf("cleanup Destroy: %v", err)
+		}
+	})
+	return b
+}
+
+// start runs "/bin/sh -c script" inside b. The shell first blocks on
+// reading a line, which start writes only once the shell is in the box:
+// on v1 AddProc happens after fork, and the script must not run (and
+// fork) before. On v2 the shell starts in the box with CLONE_INTO_CGROUP.
+func start(t *testing.T, b *Box, script string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", "read x; "+script)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, ok := b.FD()
+	if ok {
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %v: %v", cmd.Args, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	if !ok {
+		if err := b.AddProc(cmd.Process.Pid); err != nil {
+			t.Fatalf("AddProc: %v", err)
+		}
+	}
+	if _, err := stdin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+func readTrim(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func TestKernelDetect(t *testing.T) {
+	requireKernel(t)
+	in := Detect()
+	t.Logf("detected %v controllers=%v reason=%q", in.Version, in.Controllers, in.Reason)
+	if in.Version == None {
+		t.Fatalf("Detect: none: %s", in.Reason)
+	}
+	for _, c := range []string{"memory", "pids"} {
+		if !slices.Contains(in.Controllers, c) {
+			t.Errorf("Controllers %v lacks %s", in.Controllers, c)
+		}
+	}
+}
+
+func TestKernelBox(t *testing.T) {
+	requireKernel(t)
+	b := newKernelBox(t, Limits{MemoryBytes: 64 << 20, Pids: 16, CPUs: 0.5})
+
+	t.Run("limits written", func(t *testing.T) {
+		type want struct{ file, value string }
+		var wants []want
+		if b.Version() == V2 {
+			d := b.dirs[0]
+			wants = []want{
+				{d + "/memory.max", "67108864"},
+				{d + "/pids.max", "16"},
+				{d + "/cpu.max", "50000 100000"},
+			}
+			if _, err := os.Stat(d + "/memory.swap.max"); err == nil {
+				wants = append(wants, want{d + "/memory.swap.max", "0"})
+			}
+		} else {
+			m := b.ctl["memory"]
+			wants = []want{
+				{m + "/memory.limit_in_bytes", "67108864"},
+				{b.ctl["pids"] + "/pids.max", "16"},
+				{b.ctl["cpu"] + "/cpu.cfs_period_us", "100000"},
+				{b.ctl["cpu"] + "/cpu.cfs_quota_us", "50000"},
+			}
+			if _, err := os.Stat(m + "/memory.memsw.limit_in_bytes"); err == nil {
+				wants = append(wants, want{m + "/memory.memsw.limit_in_bytes", "67108864"})
+			}
+		}
+		for _, w := range wants {
+			if got := readTrim(t, w.file); got != w.value {
+				t.Errorf("%s = %q, want %q", w.file, got, w.value)
+			}
+		}
+		if got, want := b.Controllers(), []string{"cpu", "memory", "pids"}; !slices.Equal(got, want) {
+			t.Errorf("Controllers = %v, want %v", got, want)
+		}
+		if _, ok := b.FD(); ok != (b.Version() == V2) {
+			t.Errorf("FD ok = %v on %v", ok, b.Version())
+		}
+	})
+
+	// A shell with a background grandchild, so Kill must find more than
+	// the process we started.
+	cmd := start(t, b, "sleep 30 & sleep 30; wait")
+	pid := cmd.Process.Pid
+	waitFor(t, func() bool { p, _ := b.procs(); return len(p) >= 2 })
+
+	t.Run("process in box", func(t *testing.T) {
+		cg := readTrim(t, fmt.Sprintf("/proc/%d/cgroup", pid))
+		if !strings.Contains(cg, "/"+parentName+"/"+b.name) {
+			t.Errorf("/proc/%d/cgroup = %q, want it in %s", pid, cg, b.name)
+		}
+	})
+
+	t.Run("stats", func(t *testing.T) {
+		s, err := b.Stats()
+		if err != nil {
+			t.Fatalf("Stats: %v", err)
+		}
+		t.Logf("stats %+v", s)
+		if s.CPUUsage < 0 || s.OOMKills != 0 {
+			t.Errorf("Stats = %+v, want CPUUsage >= 0, OOMKills 0", s)
+		}
+		if b.Version() == V1 && s.PeakMemoryBytes <= 0 {
+			t.Errorf("PeakMemoryBytes = %d, want > 0 on v1", s.PeakMemoryBytes)
+		}
+	})
+
+	t.Run("kill", func(t *testing.T) {
+		t0 := time.Now()
+		if err := b.Kill(); err != nil {
+			t.Fatalf("Kill: %v", err)
+		}
+		t.Logf("Kill took %v", time.Since(t0))
+		if p, err := b.procs(); err != nil || len(p) != 0 {
+			t.Errorf("after Kill procs = %v, %v; want empty", p, err)
+		}
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Errorf("Wait = %v, want killed by SIGKILL", err)
+		}
+		if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
+			t.Errorf("kill(%d, 0) = %v, want ESRCH", pid, err)
+		}
+	})
+
+	t.Run("destroy", func(t *testing.T) {
+		if err := b.Destroy(); err != nil {
+			t.Fatalf("Destroy: %v", err)
+		}
+		for _, d := range b.dirs {
+			if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("stat %s after Destroy: %v, want not exist", d, err)
+			}
+		}
+		if err := b.Destroy(); err != nil {
+			t.Errorf("second Destroy: %v", err)
+		}
+		if _, ok := b.FD(); ok {
+			t.Error("FD ok after Destroy")
+		}
+		if err := b.AddProc(os.Getpid()); !errors.Is(err, ErrDestroyed) {
+			t.Errorf("AddProc after Destroy = %v, want ErrDestroyed", err)
+		}
+	})
+}
+
+// TestKernelDestroyLive destroys a box whose processes still run and are
+// not our children, the situation after a crash or a fork bomb.
+func TestKernelDestroyLive(t *testing.T) {
+	requireKernel(t)
+	b := newKernelBox(t, Limits{MemoryBytes: 64 << 20, Pids: 64})
+	start(t, b, "for i in 1 2 3 4 5 6 7 8; do sleep 30 & done; wait")
+	waitFor(t, func() bool { p, _ := b.procs(); return len(p) >= 9 })
+	if err := b.Destroy(); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	for _, d := range b.dirs {
+		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("stat %s after Destroy: %v", d, err)
+		}
+	}
+}
+
+func TestKernelOOM(t *testing.T) {
+	requireKernel(t)
+	const python = "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	b := newKernelBox(t, Limits{MemoryBytes: 32 << 20, Pids: 16})
+	// Once inside the box the shell becomes python, which touches 200 MiB.
+	cmd := start(t, b, "exec "+python+` -c "x=bytearray(200<<20)"`)
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Errorf("Wait = %v, want killed by SIGKILL", err)
+	}
+	s, err := b.Stats()
+	if err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	t.Logf("stats %+v", s)
+	if s.OOMKills < 1 {
+		t.Errorf("OOMKills = %d, want >= 1", s.OOMKills)
+	}
+	if s.PeakMemoryBytes > 32<<20 {
+		t.Errorf("PeakMemoryBytes = %d, above the 32 MiB limit", s.PeakMemoryBytes)
+	}
+}
+
+func TestKernelSweep(t *testing.T) {
+	requireKernel(t)
+	h, _ := current()
+	// A box owned by a pid above any pid_max counts as a crashed run's.
+	dead := h.layout(fmt.Sprintf("box-%d-%s", 1<<30, "sweeptest"))
+	if err := dead.create(Limits{Pids: 4}, h.enabled); err != nil {
+		t.Fatal(err)
+	}
+	live := newKernelBox(t, Limits{Pids: 4})
+	cmd := start(t, dead, "sleep 30")
+
+	n, err := Sweep()
+	if err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+	if n < 1 {
+		t.Errorf("Sweep removed %d, want >= 1", n)
+	}
+	for _, d := range dead.dirs {
+		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("stat %s after Sweep: %v, want not exist", d, err)
+		}
+	}
+	for _, d := range live.dirs {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("live box %s: %v", d, err)
+		}
+	}
+	if err := cmd.Wait(); err == nil {
+		t.Error("process in swept box survived")
+	}
+	dead.destroyed = true // already removed by Sweep; closes no fd twice
+	if dead.fd >= 0 {
+		unix.Close(dead.fd)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not met within 5s")
+}
+
+func BenchmarkNewDestroy(b *testing.B) {
+	requireKernel(b)
+	lim := Limits{MemoryBytes: 64 << 20, Pids: 16, CPUs: 0.5}
+	prefix := boxName(b)
+	// Warm up: the first New prepares the moat parents.
+	box, err := New(prefix+"w", lim)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := box.Destroy(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		box, err := New(fmt.Sprintf("%s%d", prefix, i), lim)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := box.Destroy(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

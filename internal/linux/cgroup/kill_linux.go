@@ -1,0 +1,272 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// killTimeout bounds Kill and Destroy.
+	killTimeout = 2 * time.Second
+	// freezeTimeout bounds one wait for a freezer to report frozen. A
+	// task in uninterruptible sleep can keep a cgroup FREEZING forever;
+	// after this we signal anyway and let the loop retry.
+	freezeTimeout = 100 * time.Millisecond
+	// maxDelay caps the polling back-off.
+	maxDelay = 10 * time.Millisecond
+)
+
+// Kill sends SIGKILL to every process in the box and returns once none
+// is left, or an error wrapping ErrNotEmpty after 2 s. On v2 it writes
+// cgroup.kill (Linux 5.14), which kills the whole subtree atomically,
+// forks in flight included. Otherwise it loops: freeze (v1 freezer or v2
+// cgroup.freeze, when available), SIGKILL every pid in cgroup.procs,
+// thaw, until cgroup.procs is empty. The box stays usable (Stats,
+// AddProc) until Destroy.
+func (b *Box) Kill() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.destroyed {
+		return nil
+	}
+	return b.kill(time.Now().Add(killTimeout))
+}
+
+// Destroy kills every process in the box, waits until it is empty (at
+// most 2 s), removes its directory in every hierarchy and closes FD's
+// descriptor. Calling it again after success does nothing and returns
+// nil; after a failure (ErrNotEmpty, EBUSY) it may be retried.
+func (b *Box) Destroy() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.destroyed {
+		return nil
+	}
+	deadline := time.Now().Add(killTimeout)
+	if err := b.kill(deadline); err != nil {
+		return err
+	}
+	for _, d := range slices.Backward(b.dirs) {
+		if err := b.remove(d, deadline); err != nil {
+			return err
+		}
+	}
+	if b.fd >= 0 {
+		unix.Close(b.fd)
+		b.fd = -1
+	}
+	b.destroyed = true
+	return nil
+}
+
+// remove rmdirs d, which must be empty of processes. rmdir can still
+// fail with EBUSY for a moment while killed tasks finish exiting, so it
+// retries (re-killing, in case something was added) until deadline. A
+// directory that is already gone counts as removed.
+func (b *Box) remove(d string, deadline time.Time) error {
+	delay := 50 * time.Microsecond
+	for {
+		err := b.ops.removeDir(d)
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return err
+		}
+		if err := b.kill(deadline); err != nil {
+			return err
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, maxDelay)
+	}
+}
+
+// kill is Kill without the lock.
+func (b *Box) kill(deadline time.Time) error {
+	pids, err := b.procs()
+	if err != nil || len(pids) == 0 {
+		return err
+	}
+	if b.version == V2 {
+		err := b.ops.writeFile(b.dirs[0]+"/cgroup.kill", "1")
+		if err == nil {
+			return b.waitEmpty(deadline)
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	delay := 50 * time.Microsecond
+	for {
+		b.freeze()
+		pids, err := b.procs()
+		if err == nil {
+			err = signalAll(pids, b.procs)
+		}
+		if terr := b.thaw(); err == nil {
+			err = terr
+		}
+		if err != nil {
+			return err
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, maxDelay)
+		if pids, err = b.procs(); err != nil || len(pids) == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kill %s: %d processes left: %w", b.name, len(pids), ErrNotEmpty)
+		}
+	}
+}
+
+// waitEmpty polls cgroup.procs until it is empty or deadline passes.
+func (b *Box) waitEmpty(deadline time.Time) error {
+	delay := 20 * time.Microsecond
+	for {
+		pids, err := b.procs()
+		if err != nil || len(pids) == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kill %s: %d processes left: %w", b.name, len(pids), ErrNotEmpty)
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, maxDelay)
+	}
+}
+
+// procs returns the sorted union of cgroup.procs over the box's
+// directories. A directory that no longer exists contributes nothing.
+func (b *Box) procs() ([]int, error) {
+	var all []int
+	for _, d := range b.dirs {
+		pids, err := readPids(d + "/cgroup.procs")
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		all = append(all, pids...)
+	}
+	slices.Sort(all)
+	return slices.Compact(all), nil
+}
+
+// freeze stops every task in the box so none can fork or exit while it
+// is being signalled, and waits up to freezeTimeout for the freezer to
+// settle. It does nothing without a freezer (v1 without the freezer
+// hierarchy, v2 before Linux 5.2). Errors are ignored: freezing only
+// narrows races that signalAll and the retry loop already handle.
+func (b *Box) freeze() {
+	var file, on, state, key string
+	var want int64
+	if b.version == V2 {
+		file, on = b.dirs[0]+"/cgroup.freeze", "1"
+		state, key, want = b.dirs[0]+"/cgroup.events", "frozen", 1
+	} else {
+		d := b.ctl["freezer"]
+		if d == "" {
+			return
+		}
+		file, on, state = d+"/freezer.state", "FROZEN", d+"/freezer.state"
+	}
+	if b.ops.writeFile(file, on) != nil {
+		return
+	}
+	deadline := time.Now().Add(freezeTimeout)
+	delay := 10 * time.Microsecond
+	for time.Now().Before(deadline) {
+		if key != "" {
+			if v, ok, err := readKey(state, key); err != nil || (ok && v == want) {
+				return
+			}
+		} else {
+			s, err := readFile(state)
+			if err != nil || strings.TrimSpace(string(s)) == "FROZEN" {
+				return
+			}
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, maxDelay)
+	}
+}
+
+// thaw undoes freeze. On v1, frozen tasks act on SIGKILL only once
+// thawed; on v2 they die while frozen, but thawing is harmless.
+func (b *Box) thaw() error {
+	var file, off string
+	if b.version == V2 {
+		file, off = b.dirs[0]+"/cgroup.freeze", "0"
+	} else {
+		d := b.ctl["freezer"]
+		if d == "" {
+			return nil
+		}
+		file, off = d+"/freezer.state", "THAWED"
+	}
+	if err := b.ops.writeFile(file, off); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// signalAll sends SIGKILL to the processes pids, read from cgroup.procs,
+// without risking a recycled pid: it first opens a pidfd for each pid,
+// then re-reads cgroup.procs (reread) and signals only the pidfds whose
+// pid is still listed. A pid listed after its pidfd was opened belongs
+// to the same process (a pid is not reused while its process lives), so
+// a process that died and whose pid went to an unrelated host process
+// in between is never signalled. If pidfd_open is missing (Linux < 5.3)
+// it falls back to kill(2) for pids still listed, a much narrower race
+// than killing straight from the first read.
+func signalAll(pids []int, reread func() ([]int, error)) error {
+	type target struct{ pid, fd int }
+	targets := make([]target, 0, len(pids))
+	defer func() {
+		for _, t := range targets {
+			if t.fd >= 0 {
+				unix.Close(t.fd)
+			}
+		}
+	}()
+	for _, pid := range pids {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if errors.Is(err, unix.ESRCH) {
+			continue
+		}
+		if err != nil {
+			fd = -1
+		}
+		targets = append(targets, target{pid, fd})
+	}
+	listed, err := reread()
+	if err != nil {
+		return err
+	}
+	for _, t := range targets {
+		if _, ok := slices.BinarySearch(listed, t.pid); !ok {
+			continue
+		}
+		if t.fd >= 0 {
+			err = unix.PidfdSendSignal(t.fd, unix.SIGKILL, nil, 0)
+			if err != nil {
+				err = os.NewSyscallError("pidfd_send_signal", err)
+			}
+		} else {
+			err = unix.Kill(t.pid, unix.SIGKILL)
+			if err != nil {
+				err = os.NewSyscallError("kill", err)
+			}
+		}
+		if err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("kill process %d: %w", t.pid, err)
+		}
+	}
+	return nil
+}
