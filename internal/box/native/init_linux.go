@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -31,6 +33,8 @@ func init() { childproc.Add(InitRole, runInit) }
 // Steps name where setup failed, for ChildError.
 const (
 	StepSpec     = "read-spec"
+	StepAwaitGo  = "await-go"
+	StepFiles    = "copy-files"
 	StepMount    = "mount"
 	StepPivot    = "pivot-root"
 	StepHostname = "hostname"
@@ -50,6 +54,7 @@ var writableDirs = []string{"/tmp", "/workspace", "/dev/shm"}
 // runInit is PID 1 of the box. It must not write to fds 1 and 2: they are the code's
 // output. It reports to the parent on fdSync only.
 func runInit() int {
+	began := time.Now()
 	runtime.LockOSThread() // unshare(CLONE_NEWCGROUP) and fork must happen on one thread
 	unix.Close(fdExe)      // the binary's fd: the code must never inherit it
 	sync := os.NewFile(fdSync, "sync")
@@ -66,7 +71,9 @@ func runInit() int {
 	if err := readFrame(sync, maxSpecFrame, &s); err != nil {
 		return fail(StepSpec, err)
 	}
-	abi, err := setup(&s)
+	s.last = began
+	s.lap("read-spec")
+	abi, err := setup(&s, sync)
 	if err != nil {
 		var se *stepError
 		if errors.As(err, &se) {
@@ -74,7 +81,7 @@ func runInit() int {
 		}
 		return fail("setup", err)
 	}
-	msg, err := runCode(&s)
+	msg, err := runCode(&s, began)
 	if err != nil {
 		return fail(StepExec, err)
 	}
@@ -102,10 +109,12 @@ func stepErr(step string, err error) error {
 // which are dropped from the bounding set only afterwards; Landlock needs no_new_privs;
 // seccomp comes last because it forbids mount and unshare.
 // Preconditions: must be called with the OS thread locked.
-func setup(s *initSpec) (landlockABI int, err error) {
+func setup(s *initSpec, sync *os.File) (landlockABI int, err error) {
+	defer s.lap("setup-end")
 	if err := mountRootfs(s); err != nil {
 		return 0, stepErr(StepMount, err)
 	}
+	s.lap(StepMount)
 	if err := pivotRoot(); err != nil {
 		return 0, stepErr(StepPivot, err)
 	}
@@ -115,9 +124,18 @@ func setup(s *initSpec) (landlockABI int, err error) {
 	if err := loopbackUp(); err != nil {
 		return 0, stepErr(StepNetwork, err)
 	}
+	s.lap("hostname+lo")
+	if err := awaitGo(sync); err != nil {
+		return 0, stepErr(StepAwaitGo, err)
+	}
+	s.lap(StepAwaitGo)
+	if err := copyFiles(s); err != nil {
+		return 0, stepErr(StepFiles, err)
+	}
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		return 0, stepErr(StepCgroupNS, os.NewSyscallError("unshare(CLONE_NEWCGROUP)", err))
 	}
+	s.lap("files+cgroupns")
 	if err := setRlimits(s); err != nil {
 		return 0, stepErr(StepRlimits, err)
 	}
@@ -128,14 +146,31 @@ func setup(s *initSpec) (landlockABI int, err error) {
 	if err := caps.NoNewPrivs(); err != nil {
 		return 0, stepErr(StepNNP, err)
 	}
+	s.lap("rlimits+caps+nnp")
 	abi, err := landlock.Restrict(writableDirs, devicePaths())
 	if err != nil {
 		return 0, stepErr(StepLandlock, err)
 	}
+	s.lap(StepLandlock)
 	if err := seccomp.Install(); err != nil {
 		return 0, stepErr(StepSeccomp, err)
 	}
 	return abi, nil
+}
+
+// awaitGo blocks until the parent says init is in the box's cgroup. On cgroup v1 the
+// parent moves init after clone (there is no CLONE_INTO_CGROUP), and that move waits for
+// an RCU grace period; building the root meanwhile hides most of it. Nothing the code
+// controls runs before the go frame.
+func awaitGo(sync *os.File) error {
+	var g goFrame
+	if err := readFrame(sync, maxInitFrame, &g); err != nil {
+		return err
+	}
+	if !g.Go {
+		return errors.New("parent aborted the box")
+	}
+	return nil
 }
 
 func devicePaths() []string {
@@ -204,7 +239,7 @@ func loopbackUp() error {
 // runCode forks the code as uid/gid 65534 with no capabilities, reaps every orphan the
 // box produces, and returns when the code itself exits. Returning ends init, and the
 // kernel then kills everything left in the PID namespace.
-func runCode(s *initSpec) (initMsg, error) {
+func runCode(s *initSpec, began time.Time) (initMsg, error) {
 	devnull, err := os.Open("/dev/null")
 	if err != nil {
 		return initMsg{}, err
@@ -227,6 +262,8 @@ func runCode(s *initSpec) (initMsg, error) {
 		},
 	})
 	devnull.Close()
+	s.lap("fork-exec")
+	setupMicros := time.Since(began).Microseconds()
 	if err != nil {
 		return initMsg{}, fmt.Errorf("start %s: %w", argv[0], err)
 	}
@@ -252,6 +289,8 @@ func runCode(s *initSpec) (initMsg, error) {
 			Kind:        "exit",
 			CPUMicros:   ru.Utime.Sec*1e6 + ru.Utime.Usec + ru.Stime.Sec*1e6 + ru.Stime.Usec,
 			MaxRSSBytes: ru.Maxrss * 1024,
+			SetupMicros: setupMicros,
+			Laps:        strings.Join(s.laps, " "),
 		}
 		switch {
 		case ws.Exited():

@@ -65,6 +65,8 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 	lim := spec.Limits.WithDefaults()
 	res := &box.Result{}
 	start := time.Now()
+	tr := newPhaseTrace(start)
+	defer func() { tr.report(b.log()) }()
 
 	cg, cgErr := cgroup.New(boxName(), cgroup.Limits{MemoryBytes: lim.Memory, Pids: lim.Pids, CPUs: lim.CPUs})
 	if cgErr != nil {
@@ -75,9 +77,11 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 			if err := cg.Destroy(); err != nil {
 				b.log().Error("destroy cgroup", "err", err)
 			}
+			tr.mark("destroy")
 		}()
 	}
 
+	tr.mark("cgroup")
 	exe, hostExe, err := openSelf()
 	if err != nil {
 		return nil, err
@@ -113,6 +117,7 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 		OpenFiles: lim.OpenFiles,
 		CPUSecs:   uint64(math.Ceil(lim.Timeout.Seconds()*math.Max(lim.CPUs, 1))) + 2,
 		HostExe:   hostExe,
+		Trace:     traceEnabled,
 	}
 	if cgErr != nil {
 		is.AddressSpace = lim.Memory
@@ -148,7 +153,9 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 			cmd.SysProcAttr.CgroupFD = fd
 		}
 	}
+	tr.mark("prepare")
 	err = cmd.Start()
+	tr.mark("start")
 	childSock.Close()
 	stdoutW.Close()
 	stderrW.Close()
@@ -161,16 +168,6 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 			_ = cg.Kill()
 		}
 	}
-	if cg != nil {
-		if _, ok := cg.FD(); !ok {
-			if err := cg.AddProc(cmd.Process.Pid); err != nil {
-				kill()
-				_ = cmd.Wait()
-				return nil, fmt.Errorf("place box in cgroup: %w", err)
-			}
-		}
-	}
-
 	// Everything from here reads untrusted data: frames are bounded, output is capped.
 	outCap := box.NewCapture(lim.Output, spec.Stdout)
 	errCap := box.NewCapture(lim.Output, spec.Stderr)
@@ -187,7 +184,19 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 		}
 		msgc <- m
 	}()
-	if err := writeFrame(parentSock, is); err != nil {
+	// The spec goes first so init builds the root while init is moved into the cgroup
+	// (v1); the go frame releases it once it is there.
+	specErr := writeFrame(parentSock, is)
+	if specErr == nil && cg != nil {
+		if _, ok := cg.FD(); !ok {
+			specErr = cg.AddProc(cmd.Process.Pid)
+		}
+	}
+	tr.mark("cgroup_attach")
+	if specErr == nil {
+		specErr = writeFrame(parentSock, goFrame{Go: true})
+	}
+	if specErr != nil {
 		kill()
 	}
 	waitc := make(chan error, 1)
@@ -218,11 +227,15 @@ wait:
 		}
 	}
 	res.DurationMS = time.Since(start).Milliseconds()
+	tr.mark("run")
 	if cg != nil {
 		_ = cg.Kill() // init is gone, so is its PID namespace; this is belt and braces
 	}
 	waitReaders(&readers, stdoutR, stderrR)
 	msg := <-msgc
+	tr.mark("drain")
+	tr.note("init_setup", time.Duration(msg.SetupMicros)*time.Microsecond)
+	tr.text("init_steps", msg.Laps)
 
 	res.Stdout, res.Stderr = outCap.String(), errCap.String()
 	res.Truncated = outCap.Truncated() || errCap.Truncated()
@@ -238,10 +251,13 @@ wait:
 		}
 	}
 	res.Isolation = isolationList(cg, msg.LandlockABI)
+	tr.mark("stats")
 
 	switch {
 	case killedFor != "":
 		res.Status, res.ExitCode = killedFor, -1
+	case specErr != nil:
+		return nil, fmt.Errorf("hand the spec to box init: %w", specErr)
 	case msg.Kind == "error":
 		return nil, &ChildError{Step: msg.Step, Errno: syscall.Errno(msg.Errno), Detail: msg.Detail}
 	case msg.Kind != "exit":

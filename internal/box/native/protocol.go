@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"time"
 )
 
 // Frames on the sync socket are a 4-byte big-endian length and a JSON body. Both
@@ -31,6 +32,28 @@ type initSpec struct {
 	AddressSpace int64 `json:"address_space"`
 	// HostExe is the moat binary's host path, masked inside the box if a bound tree holds it.
 	HostExe string `json:"host_exe"`
+	// Trace asks init to time its steps (debug knob MOAT_DEBUG_PHASES).
+	Trace bool `json:"trace"`
+
+	laps []string
+	last time.Time
+}
+
+// lap records the time since the previous lap, when tracing.
+func (s *initSpec) lap(name string) {
+	if !s.Trace {
+		return
+	}
+	now := time.Now()
+	if !s.last.IsZero() {
+		s.laps = append(s.laps, fmt.Sprintf("%s=%s", name, now.Sub(s.last).Round(time.Microsecond)))
+	}
+	s.last = now
+}
+
+// goFrame follows the spec once init is in the box's cgroup.
+type goFrame struct {
+	Go bool `json:"go"`
 }
 
 type initFile struct {
@@ -49,6 +72,8 @@ type initMsg struct {
 	CPUMicros   int64  `json:"cpu_us"`
 	MaxRSSBytes int64  `json:"max_rss_bytes"`
 	LandlockABI int    `json:"landlock_abi"`
+	SetupMicros int64  `json:"setup_us"` // from init's start to the code's fork
+	Laps        string `json:"laps,omitempty"`
 }
 
 func writeFrame(w io.Writer, v any) error {

@@ -80,9 +80,6 @@ func mountRootfs(s *initSpec) error {
 	if err := writeCode(s); err != nil {
 		return err
 	}
-	if err := copyFiles(s); err != nil {
-		return err
-	}
 	return maskHostExe(s.HostExe)
 }
 
@@ -244,11 +241,12 @@ func writeCode(s *initSpec) error {
 	return os.WriteFile(stage+s.CodePath, s.Code, 0o444)
 }
 
-// copyFiles copies the caller's files (passed as fds) into the fresh workspace. The
-// workspace holds nothing the code made yet, and every Dest was cleaned by the parent
-// (box.CleanDest), so no path component can be a symlink planted by the code.
+// copyFiles copies the caller's files (passed as fds) into the fresh workspace, after
+// pivot_root and once init is in the box's cgroup (so the pages are charged to the box).
+// The workspace holds nothing the code made yet, and every Dest was cleaned by the
+// parent (box.CleanDest), so no path component can be a symlink planted by the code.
 func copyFiles(s *initSpec) error {
-	ws := stage + box.WorkspaceDir
+	ws := box.WorkspaceDir
 	for _, f := range s.Files {
 		src := os.NewFile(uintptr(f.FD), "file")
 		if err := copyFile(src, ws, f.Dest); err != nil {

@@ -25,21 +25,24 @@ func LastCap() (int, error) {
 }
 
 // DropBounding removes every capability from the bounding set and clears the ambient
-// set, on every thread of the process, so no later execve can gain a capability (file
-// capabilities or setuid binaries included). The caller keeps its current permitted set.
-// Precondition: CAP_SETPCAP in the caller's user namespace.
+// set of the calling thread, so no process it forks and no later execve can gain a
+// capability (file capabilities or setuid binaries included). The caller keeps its
+// current permitted set. Capability sets are per thread; a child inherits the sets of the
+// thread that forked it, so the caller must fork from this same thread.
+// Preconditions: must be called with the OS thread locked; CAP_SETPCAP in the caller's
+// user namespace.
 func DropBounding() error {
 	last, err := LastCap()
 	if err != nil {
 		return err
 	}
 	for c := 0; c <= last; c++ {
-		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 {
-			return os.NewSyscallError(fmt.Sprintf("prctl(PR_CAPBSET_DROP, %d)", c), e)
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return os.NewSyscallError(fmt.Sprintf("prctl(PR_CAPBSET_DROP, %d)", c), err)
 		}
 	}
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); e != 0 {
-		return os.NewSyscallError("prctl(PR_CAP_AMBIENT_CLEAR_ALL)", e)
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return os.NewSyscallError("prctl(PR_CAP_AMBIENT_CLEAR_ALL)", err)
 	}
 	return nil
 }

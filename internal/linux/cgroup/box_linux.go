@@ -52,11 +52,12 @@ func (h *host) newBox(name string, lim Limits) (*Box, error) {
 		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
-		if err := h.prepare(); err != nil {
+		enabled, err := h.prepare()
+		if err != nil {
 			return nil, err
 		}
 		b := h.layout(name)
-		err := b.create(lim, h.enabled)
+		err = b.create(lim, enabled)
 		if err == nil {
 			return b, nil
 		}

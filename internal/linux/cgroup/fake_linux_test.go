@@ -427,7 +427,7 @@ func TestFakeNewErrors(t *testing.T) {
 			hiers: v2Full,
 			box:   "box-1-a",
 			setup: func(t *testing.T, h *host) {
-				if err := h.prepare(); err != nil {
+				if _, err := h.prepare(); err != nil {
 					t.Fatal(err)
 				}
 				if err := h.ops.makeDir(h.base + "/moat/box-1-a"); err != nil {

@@ -290,11 +290,12 @@ func (h *host) v1Bases() []string {
 // prepare creates the moat parent directories once per host; for v2 it
 // also enables the controllers boxes need, evacuating our own processes
 // into the supervisor leaf if the no-internal-process rule requires it.
-func (h *host) prepare() error {
+// It returns the v2 controllers enabled for boxes.
+func (h *host) prepare() ([]string, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.prepared {
-		return nil
+		return h.enabled, nil
 	}
 	var err error
 	if h.version == V2 {
@@ -307,7 +308,7 @@ func (h *host) prepare() error {
 		}
 	}
 	h.prepared = err == nil
-	return err
+	return h.enabled, err
 }
 
 // unprepare forgets prepare's work, so the next New redoes it (used
@@ -334,8 +335,8 @@ func (h *host) mkdirExist(p string) error {
 func (h *host) prepare2() error {
 	ctl := h.base + "/cgroup.subtree_control"
 	parent := h.base + "/" + parentName
+	enable := "+" + strings.Join(h.required, " +")
 	if len(h.required) > 0 {
-		enable := "+" + strings.Join(h.required, " +")
 		err := h.ops.writeFile(ctl, enable)
 		if errors.Is(err, unix.EBUSY) {
 			err = h.evacuate(ctl, enable)
@@ -343,14 +344,14 @@ func (h *host) prepare2() error {
 		if err != nil {
 			return err
 		}
-		if err := h.mkdirExist(parent); err != nil {
-			return err
-		}
+	}
+	if err := h.mkdirExist(parent); err != nil {
+		return err
+	}
+	if len(h.required) > 0 {
 		if err := h.ops.writeFile(parent+"/cgroup.subtree_control", enable); err != nil {
 			return err
 		}
-	} else if err := h.mkdirExist(parent); err != nil {
-		return err
 	}
 	h.enabled = slices.Clone(h.required)
 	// Optional controllers are best effort: enabling cpu fails, for

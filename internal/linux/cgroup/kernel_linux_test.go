@@ -280,7 +280,11 @@ func TestKernelSweep(t *testing.T) {
 	h, _ := current()
 	// A box owned by a pid above any pid_max counts as a crashed run's.
 	dead := h.layout(fmt.Sprintf("box-%d-%s", 1<<30, "sweeptest"))
-	if err := dead.create(Limits{Pids: 4}, h.enabled); err != nil {
+	enabled, err := h.prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dead.create(Limits{Pids: 4}, enabled); err != nil {
 		t.Fatal(err)
 	}
 	live := newKernelBox(t, Limits{Pids: 4})
@@ -309,6 +313,35 @@ func TestKernelSweep(t *testing.T) {
 	dead.destroyed = true // already removed by Sweep; closes no fd twice
 	if dead.fd >= 0 {
 		unix.Close(dead.fd)
+	}
+}
+
+// TestKernelConcurrent creates and destroys boxes from many goroutines
+// at once, as the engine does under load (run it with -race).
+func TestKernelConcurrent(t *testing.T) {
+	requireKernel(t)
+	const workers, perWorker = 8, 25
+	prefix := boxName(t)
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for i := range perWorker {
+				b, err := New(fmt.Sprintf("%s-%d-%d", prefix, w, i), Limits{MemoryBytes: 16 << 20, Pids: 8, CPUs: 0.25})
+				if err == nil {
+					err = b.Destroy()
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
 
@@ -344,4 +377,122 @@ func BenchmarkNewDestroy(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestKernelHybridV2 runs the v2 code paths against the real kernel on
+// a hybrid host, where Detect picks v1 because the cgroup2 mount has no
+// controllers. It builds a host with no required controllers over a
+// fresh cgroup at the top of that mount, so boxes limit nothing but
+// CLONE_INTO_CGROUP, cgroup.kill, the cgroup.freeze fallback, Stats,
+// Destroy and Sweep all meet the kernel. Pure v2 hosts run the other
+// kernel tests on v2 instead, so skipping here hides nothing.
+func TestKernelHybridV2(t *testing.T) {
+	requireKernel(t)
+	if Detect().Version != V1 {
+		t.Skip("not a hybrid host: the other kernel tests cover this host's v2")
+	}
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	point := ""
+	for _, m := range parseMountinfo(string(mountinfo)) {
+		if m.fstype == "cgroup2" && m.root == "/" {
+			point = m.point
+			break
+		}
+	}
+	if point == "" {
+		t.Skip("hybrid host without a cgroup2 mount")
+	}
+	self := fmt.Sprintf("/moat-test-%d", os.Getpid())
+	if err := os.Mkdir(point+self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, d := range []string{point + self + "/" + parentName, point + self} {
+			if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
+				t.Errorf("rmdir %s: %v", d, err)
+			}
+		}
+	})
+
+	tests := []struct {
+		name     string
+		hideKill bool // pretend the kernel predates cgroup.kill (5.14)
+	}{
+		{"cgroup.kill", false},
+		{"freeze fallback without cgroup.kill", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := detectFrom(string(mountinfo), "0::"+self+"\n", nil)
+			if h.version != V2 {
+				t.Fatalf("detect %s: %v %s", self, h.version, h.reason)
+			}
+			if tt.hideKill {
+				h.ops.write = func(p, data string) error {
+					if strings.HasSuffix(p, "/cgroup.kill") {
+						return unix.ENOENT
+					}
+					return writeFile(p, data)
+				}
+			}
+			b, err := h.newBox(boxName(t), Limits{})
+			if err != nil {
+				t.Fatalf("newBox: %v", err)
+			}
+			t.Cleanup(func() { _ = b.Destroy() })
+			if _, ok := b.FD(); !ok {
+				t.Fatal("FD not ok on v2")
+			}
+			cmd := start(t, b, "sleep 30 & sleep 30; wait")
+			waitFor(t, func() bool { p, _ := b.procs(); return len(p) >= 3 })
+			cg := readTrim(t, fmt.Sprintf("/proc/%d/cgroup", cmd.Process.Pid))
+			if want := "0::" + self + "/" + parentName + "/" + b.name; !strings.Contains(cg, want) {
+				t.Errorf("/proc/%d/cgroup = %q, want a line %q", cmd.Process.Pid, cg, want)
+			}
+			s, err := b.Stats()
+			if err != nil {
+				t.Fatalf("Stats: %v", err)
+			}
+			if s.CPUUsage < 0 || s.PeakMemoryBytes != -1 || s.OOMKills != -1 {
+				t.Errorf("Stats = %+v, want CPUUsage >= 0 and -1 for the memory fields", s)
+			}
+			if err := b.Kill(); err != nil {
+				t.Fatalf("Kill: %v", err)
+			}
+			if p, err := b.procs(); err != nil || len(p) != 0 {
+				t.Errorf("after Kill procs = %v, %v", p, err)
+			}
+			if err := cmd.Wait(); err == nil {
+				t.Error("shell survived Kill")
+			}
+			if err := b.Destroy(); err != nil {
+				t.Fatalf("Destroy: %v", err)
+			}
+			if _, err := os.Stat(b.dirs[0]); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("%s after Destroy: %v", b.dirs[0], err)
+			}
+		})
+	}
+
+	t.Run("sweep", func(t *testing.T) {
+		h := detectFrom(string(mountinfo), "0::"+self+"\n", nil)
+		dead := h.layout(fmt.Sprintf("box-%d-sweep", fakePid))
+		if err := dead.create(Limits{}, nil); err != nil {
+			t.Fatal(err)
+		}
+		cmd := start(t, dead, "sleep 30")
+		if n, err := h.sweep(); n != 1 || err != nil {
+			t.Errorf("sweep = %d, %v; want 1, nil", n, err)
+		}
+		if err := cmd.Wait(); err == nil {
+			t.Error("process in swept box survived")
+		}
+		if _, err := os.Stat(dead.dirs[0]); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after sweep: %v", dead.dirs[0], err)
+		}
+		unix.Close(dead.fd)
+	})
 }

@@ -1,0 +1,51 @@
+//go:build !linux
+
+package cgroup
+
+import "fmt"
+
+// Detect reports None: cgroups exist only on Linux.
+func Detect() Info {
+	return Info{Reason: "cgroups exist only on linux"}
+}
+
+// Box is never created outside Linux.
+type Box struct{}
+
+// New validates its arguments like the Linux version and then returns
+// an error wrapping ErrUnavailable.
+func New(name string, lim Limits) (*Box, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if err := lim.validate(); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("%w: cgroups exist only on linux", ErrUnavailable)
+}
+
+// Version returns None.
+func (b *Box) Version() Version { return None }
+
+// Controllers returns nil.
+func (b *Box) Controllers() []string { return nil }
+
+// AddProc returns ErrUnavailable.
+func (b *Box) AddProc(pid int) error { return ErrUnavailable }
+
+// FD returns false.
+func (b *Box) FD() (int, bool) { return -1, false }
+
+// Stats returns ErrUnavailable.
+func (b *Box) Stats() (Stats, error) { return Stats{}, ErrUnavailable }
+
+// Kill returns ErrUnavailable.
+func (b *Box) Kill() error { return ErrUnavailable }
+
+// Destroy returns nil: there is nothing to remove.
+func (b *Box) Destroy() error { return nil }
+
+// Sweep returns an error wrapping ErrUnavailable.
+func Sweep() (int, error) {
+	return 0, fmt.Errorf("%w: cgroups exist only on linux", ErrUnavailable)
+}
