@@ -21,6 +21,7 @@ const usage = `moat runs untrusted Python and shell code in an isolated box.
 Usage:
   moat run [flags] [FILE|-]   run code in a fresh box (moat run -h for flags)
   moat doctor                 what this host supports and what moat enforces here
+  moat bench [-n N]           measure moat run against bare python3 (markdown table)
   moat version                print the version
 
 `
@@ -42,6 +43,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdRun(args[1:], stdin, stdout, stderr)
 	case "doctor":
 		return cmdDoctor(args[1:], stdout, stderr)
+	case "bench":
+		return cmdBench(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "moat", version)
 		return 0
