@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -28,10 +29,17 @@ type fixtures struct {
 	sleeper            *exec.Cmd // a host process the box tries to kill
 }
 
-func newFixtures(t *testing.T) *fixtures {
+// newFixtures makes the host resources. With owner >= 0 the canary directory and file
+// belong to that user, who could read, change and delete them on the host: only the box
+// stands in the way.
+func newFixtures(t *testing.T, owner int) *fixtures {
 	t.Helper()
 	f := &fixtures{canaryData: "CANARY-" + fmt.Sprint(time.Now().UnixNano()), tcpHits: new(atomic.Int64), udpHits: new(atomic.Int64)}
-	f.canaryDir = filepath.Join("/root", "moat-attack-"+fmt.Sprint(os.Getpid()))
+	base := "/root"
+	if owner >= 0 {
+		base = os.TempDir()
+	}
+	f.canaryDir = filepath.Join(base, fmt.Sprintf("moat-attack-%d-%d", os.Getpid(), owner))
 	if err := os.MkdirAll(f.canaryDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -39,6 +47,13 @@ func newFixtures(t *testing.T) *fixtures {
 	f.canary = filepath.Join(f.canaryDir, "canary.txt")
 	if err := os.WriteFile(f.canary, []byte(f.canaryData), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if owner >= 0 {
+		for _, p := range []string{f.canaryDir, f.canary} {
+			if err := os.Chown(p, owner, owner); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -116,6 +131,9 @@ type attack struct {
 	code   string
 	args   []string
 	status []box.Status // acceptable statuses
+	// rootlessStatus, when set, replaces status for a rootless moat (no cgroups: memory
+	// is bounded by RLIMIT_AS, so a memory bomb ends in MemoryError, status error).
+	rootlessStatus []box.Status
 	// check judges the host (and, secondarily, the output) afterwards.
 	check func(t *testing.T, f *fixtures, o runOut)
 }
@@ -317,8 +335,8 @@ except RuntimeError as e:
 		{name: "memory bomb", lang: "python", args: []string{"--memory", "64MiB"}, code: `
 x = []
 while True:
-    x.append(bytearray(8 << 20))`, status: []box.Status{box.StatusMemoryLimit}},
-		{name: "memory bomb in a child", lang: "bash", args: []string{"--memory", "64MiB"}, code: `/usr/bin/python3 -c 'x=bytearray(512<<20); x[::4096]=b"x"*len(x[::4096])'`, status: []box.Status{box.StatusMemoryLimit}},
+    x.append(bytearray(8 << 20))`, status: []box.Status{box.StatusMemoryLimit}, rootlessStatus: []box.Status{box.StatusError}},
+		{name: "memory bomb in a child", lang: "bash", args: []string{"--memory", "64MiB"}, code: `/usr/bin/python3 -c 'x=bytearray(512<<20); x[::4096]=b"x"*len(x[::4096])'`, status: []box.Status{box.StatusMemoryLimit}, rootlessStatus: []box.Status{box.StatusError}},
 		{name: "disk fill workspace", lang: "python", args: []string{"--disk", "8MiB"}, code: `
 n = 0
 with open("big", "wb") as f:
@@ -457,7 +475,22 @@ for name, fn in [("chroot", lambda: os.chroot("/tmp")), ("setuid0", lambda: os.s
 
 func TestAttacks(t *testing.T) {
 	testutil.RequireRoot(t)
-	f := newFixtures(t)
+	runAttacks(t, nil)
+}
+
+// TestAttacksRootless runs the same attacks with moat started by an ordinary host user
+// (nobody): user namespaces without root, no cgroups. The canary belongs to that user.
+func TestAttacksRootless(t *testing.T) {
+	testutil.RequireRoot(t) // to create the fixtures and switch to the other user
+	runAttacks(t, &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}})
+}
+
+func runAttacks(t *testing.T, cred *syscall.Credential) {
+	owner := -1
+	if cred != nil {
+		owner = int(cred.Uid)
+	}
+	f := newFixtures(t, owner)
 	cases := attacks()
 	if len(cases) < 30 {
 		t.Fatalf("the attack suite has %d cases, want at least 30", len(cases))
@@ -465,16 +498,24 @@ func TestAttacks(t *testing.T) {
 	for _, a := range cases {
 		t.Run(a.name, func(t *testing.T) {
 			before := snapshotHost(t)
-			o := moatRun(t, f.expand(a.code), append([]string{"--lang", a.lang}, a.args...)...)
+			args := append([]string{"run", "--json", "--lang", a.lang}, a.args...)
+			o := moatExecAs(t, cred, f.expand(a.code), args...)
 			if o.exit != 0 {
 				t.Fatalf("moat failed:\n%s", o)
 			}
+			want := a.status
+			if cred != nil && a.rootlessStatus != nil {
+				want = a.rootlessStatus
+			}
 			okStatus := false
-			for _, s := range a.status {
+			for _, s := range want {
 				okStatus = okStatus || o.res.Status == s
 			}
 			if !okStatus {
-				t.Errorf("status %s, want one of %v\n%s", o.res.Status, a.status, o)
+				t.Errorf("status %s, want one of %v\n%s", o.res.Status, want, o)
+			}
+			if cred != nil && !slices.Contains(o.res.Isolation, "rootless") {
+				t.Errorf("a rootless run does not say so in isolation: %v", o.res.Isolation)
 			}
 			if a.check != nil {
 				a.check(t, f, o)
@@ -483,7 +524,11 @@ func TestAttacks(t *testing.T) {
 			if strings.Contains(o.stdout, hostSecret) {
 				t.Errorf("the host secret leaked into the result")
 			}
-			checkHostClean(t, before)
+			if owner >= 0 {
+				checkHostClean(t, before, owner)
+			} else {
+				checkHostClean(t, before)
+			}
 		})
 	}
 }

@@ -44,8 +44,18 @@ func moatRun(t *testing.T, code string, args ...string) runOut {
 // hostSecret.
 func moatExec(t *testing.T, stdin string, args ...string) runOut {
 	t.Helper()
+	return moatExecAs(t, nil, stdin, args...)
+}
+
+// moatExecAs is moatExec as another host user (nil: as the test itself).
+func moatExecAs(t *testing.T, cred *syscall.Credential, stdin string, args ...string) runOut {
+	t.Helper()
 	bin := testutil.MoatBinary(t)
 	cmd := exec.Command(bin, args...)
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		cmd.Dir = "/"
+	}
 	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Env = append(os.Environ(), "MOAT_TEST_SECRET="+hostSecret, "AWS_SECRET_ACCESS_KEY="+hostSecret)
 	var so, se bytes.Buffer
@@ -100,10 +110,11 @@ func snapshotHost(t *testing.T) hostState {
 }
 
 // checkHostClean asserts that nothing of any box survives: no process running as a box
-// uid, no box cgroup, no extra mount.
-func checkHostClean(t *testing.T, before hostState) {
+// uid (or as one of extraUIDs: the user a rootless moat ran as), no box cgroup, no extra
+// mount.
+func checkHostClean(t *testing.T, before hostState, extraUIDs ...int) {
 	t.Helper()
-	if procs := boxProcesses(); len(procs) > 0 {
+	if procs := boxProcesses(extraUIDs...); len(procs) > 0 {
 		t.Errorf("box processes survived on the host: %v", procs)
 	}
 	if cgs := boxCgroups(); len(cgs) > 0 {
@@ -116,7 +127,11 @@ func checkHostClean(t *testing.T, before hostState) {
 }
 
 // boxProcesses lists host processes whose uid is one of the box's host uids.
-func boxProcesses() []string {
+func boxProcesses(extraUIDs ...int) []string {
+	uids := map[string]bool{fmt.Sprint(native.HostBoxUID): true, fmt.Sprint(native.HostRootUID): true}
+	for _, u := range extraUIDs {
+		uids[fmt.Sprint(u)] = true
+	}
 	var out []string
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -130,7 +145,7 @@ func boxProcesses() []string {
 			}
 			f := strings.Fields(line)
 			for _, u := range f[1:] {
-				if u == fmt.Sprint(native.HostBoxUID) || u == fmt.Sprint(native.HostRootUID) {
+				if uids[u] {
 					out = append(out, e.Name()+": "+firstLine(string(b)))
 					break
 				}

@@ -83,6 +83,10 @@ func runInit() int {
 	}
 	msg, err := runCode(&s, began)
 	if err != nil {
+		var se *stepError
+		if errors.As(err, &se) {
+			return fail(se.step, se.err)
+		}
 		return fail(StepExec, err)
 	}
 	msg.LandlockABI = abi
@@ -140,19 +144,38 @@ func setup(s *initSpec, sync *os.File) (landlockABI int, err error) {
 		return 0, stepErr(StepRlimits, err)
 	}
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) //nolint:errcheck // cannot fail for 0
+	if s.Rootless {
+		// Rootless init must still create the code's user namespace, which seccomp
+		// would forbid: the second stage (exec_linux.go) confines itself instead.
+		return landlock.ABI(), nil
+	}
+	return confine(s, false)
+}
+
+// confine applies, in order, the protections that need no further privilege from the
+// caller: an empty bounding set (and, with dropAll, no capabilities at all),
+// no_new_privs, Landlock (which needs no_new_privs) and seccomp (last: it forbids
+// what the earlier steps use). Every process the caller forks inherits them.
+// Preconditions: must be called with the OS thread locked.
+func confine(s *initSpec, dropAll bool) (landlockABI int, err error) {
 	if err := caps.DropBounding(); err != nil {
 		return 0, stepErr(StepCaps, err)
+	}
+	if dropAll {
+		if err := caps.ClearAll(); err != nil {
+			return 0, stepErr(StepCaps, err)
+		}
 	}
 	if err := caps.NoNewPrivs(); err != nil {
 		return 0, stepErr(StepNNP, err)
 	}
-	s.lap("rlimits+caps+nnp")
+	s.lap("caps+nnp")
 	abi, err := landlock.Restrict(writableDirs, devicePaths())
 	if err != nil {
 		return 0, stepErr(StepLandlock, err)
 	}
 	s.lap(StepLandlock)
-	if err := seccomp.Install(); err != nil {
+	if err := seccomp.InstallEncoded(s.Seccomp); err != nil {
 		return 0, stepErr(StepSeccomp, err)
 	}
 	return abi, nil
@@ -192,7 +215,7 @@ func setRlimits(s *initSpec) error {
 		{unix.RLIMIT_NPROC, "nproc", uint64(s.Pids)},
 		{unix.RLIMIT_CPU, "cpu", s.CPUSecs},
 	}
-	if s.AddressSpace > 0 {
+	if s.AddressSpace > 0 && !s.Rootless { // rootless: set by the second stage, see exec_linux.go
 		limits = append(limits, struct {
 			res  int
 			name string
@@ -251,16 +274,21 @@ func runCode(s *initSpec, began time.Time) (initMsg, error) {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
 	argv := append(append([]string{}, s.Argv...), s.CodePath)
-	pid, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
-		Dir:   "/workspace",
-		Env:   s.Env,
-		Files: []uintptr{devnull.Fd(), 1, 2},
-		Sys: &syscall.SysProcAttr{
-			Credential: &syscall.Credential{Uid: boxUID, Gid: boxGID, Groups: []uint32{}},
-			Setsid:     true,
-			Pdeathsig:  syscall.SIGKILL,
-		},
-	})
+	var pid int
+	if s.Rootless {
+		pid, err = startStage2(devnull, execSpec{Argv: argv, Env: s.Env, AddressSpace: s.AddressSpace, Seccomp: s.Seccomp})
+	} else {
+		pid, err = syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
+			Dir:   "/workspace",
+			Env:   s.Env,
+			Files: []uintptr{devnull.Fd(), 1, 2},
+			Sys: &syscall.SysProcAttr{
+				Credential: &syscall.Credential{Uid: boxUID, Gid: boxGID, Groups: []uint32{}},
+				Setsid:     true,
+				Pdeathsig:  syscall.SIGKILL,
+			},
+		})
+	}
 	devnull.Close()
 	s.lap("fork-exec")
 	setupMicros := time.Since(began).Microseconds()

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/linux/cgroup"
+	"github.com/moat-sandbox/moat/internal/linux/seccomp"
 )
 
 // Host ids the box's user namespace maps to. Neither is host root, and neither owns any
@@ -52,9 +54,7 @@ func (b *Backend) log() *slog.Logger {
 
 // Run implements box.Backend.
 func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) {
-	if os.Geteuid() != 0 {
-		return nil, ErrNeedRoot
-	}
+	rootless := os.Geteuid() != 0
 	lang, err := box.LookupLanguage(spec.Language)
 	if err != nil {
 		return nil, err
@@ -63,6 +63,10 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 		return nil, fmt.Errorf("network mode %q is not supported by the native backend (only none)", spec.Network)
 	}
 	lim := spec.Limits.WithDefaults()
+	// The seccomp filter is assembled here, once per process and concurrently with
+	// starting the box, so init only loads it.
+	filterc := make(chan filterResult, 1)
+	go func() { b, err := seccomp.Encoded(); filterc <- filterResult{b, err} }()
 	res := &box.Result{}
 	start := time.Now()
 	tr := newPhaseTrace(start)
@@ -71,7 +75,7 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 	cg, cgErr := cgroup.New(boxName(), cgroup.Limits{MemoryBytes: lim.Memory, Pids: lim.Pids, CPUs: lim.CPUs})
 	if cgErr != nil {
 		res.Warnings = append(res.Warnings, "cgroups unavailable ("+cgErr.Error()+"): memory is limited by RLIMIT_AS, processes by RLIMIT_NPROC, CPU time by RLIMIT_CPU only")
-		b.log().Warn("cgroups unavailable, falling back to rlimits", "err", cgErr)
+		b.log().Debug("cgroups unavailable, falling back to rlimits", "err", cgErr) // the result's warnings say it
 	} else {
 		defer func() {
 			if err := cg.Destroy(); err != nil {
@@ -92,13 +96,13 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 		return nil, err
 	}
 	defer parentSock.Close()
-	stdoutR, stdoutW, err := boxPipe()
+	stdoutR, stdoutW, err := boxPipe(rootless)
 	if err != nil {
 		childSock.Close()
 		return nil, err
 	}
 	defer stdoutR.Close()
-	stderrR, stderrW, err := boxPipe()
+	stderrR, stderrW, err := boxPipe(rootless)
 	if err != nil {
 		childSock.Close()
 		stdoutW.Close()
@@ -118,6 +122,7 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 		CPUSecs:   uint64(math.Ceil(lim.Timeout.Seconds()*math.Max(lim.CPUs, 1))) + 2,
 		HostExe:   hostExe,
 		Trace:     traceEnabled,
+		Rootless:  rootless,
 	}
 	if cgErr != nil {
 		is.AddressSpace = lim.Memory
@@ -128,24 +133,14 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 		extra = append(extra, f.Src)
 	}
 
-	ids := func(inside int) []syscall.SysProcIDMap {
-		return []syscall.SysProcIDMap{{ContainerID: 0, HostID: HostRootUID, Size: 1}, {ContainerID: inside, HostID: HostBoxUID, Size: 1}}
-	}
 	cmd := &exec.Cmd{
-		Path:       "/proc/self/fd/" + strconv.Itoa(fdExe),
-		Args:       []string{"moat-init", InitRole},
-		Env:        []string{},
-		Stdout:     stdoutW,
-		Stderr:     stderrW,
-		ExtraFiles: extra,
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:                 cloneFlags,
-			UidMappings:                ids(boxUID),
-			GidMappings:                ids(boxGID),
-			GidMappingsEnableSetgroups: true,
-			Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
-			Pdeathsig:                  syscall.SIGKILL,
-		},
+		Path:        "/proc/self/fd/" + strconv.Itoa(fdExe),
+		Args:        []string{"moat-init", InitRole},
+		Env:         []string{},
+		Stdout:      stdoutW,
+		Stderr:      stderrW,
+		ExtraFiles:  extra,
+		SysProcAttr: initAttr(rootless),
 	}
 	if cg != nil {
 		if fd, ok := cg.FD(); ok {
@@ -160,7 +155,7 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 	stdoutW.Close()
 	stderrW.Close()
 	if err != nil {
-		return nil, fmt.Errorf("start box init: %w", err)
+		return nil, startError(err, rootless)
 	}
 	kill := func() {
 		_ = cmd.Process.Signal(syscall.SIGKILL)
@@ -186,7 +181,12 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 	}()
 	// The spec goes first so init builds the root while init is moved into the cgroup
 	// (v1); the go frame releases it once it is there.
-	specErr := writeFrame(parentSock, is)
+	filter := <-filterc
+	is.Seccomp = filter.prog
+	specErr := filter.err
+	if specErr == nil {
+		specErr = writeFrame(parentSock, is)
+	}
 	if specErr == nil && cg != nil {
 		if _, ok := cg.FD(); !ok {
 			specErr = cg.AddProc(cmd.Process.Pid)
@@ -250,7 +250,7 @@ wait:
 			oomKills = st.OOMKills
 		}
 	}
-	res.Isolation = isolationList(cg, msg.LandlockABI)
+	res.Isolation = isolationList(cg, msg.LandlockABI, rootless)
 	tr.mark("stats")
 
 	switch {
@@ -261,7 +261,7 @@ wait:
 	case msg.Kind == "error":
 		return nil, &ChildError{Step: msg.Step, Errno: syscall.Errno(msg.Errno), Detail: msg.Detail}
 	case msg.Kind != "exit":
-		return nil, fmt.Errorf("box init ended without a result (%v): %s", waitErr, msg.Detail)
+		return nil, fmt.Errorf("box init ended without a result (%v, %s); its last output: %q", waitErr, msg.Detail, lastLine(errCap.String()))
 	case oomKills > 0 && msg.ExitCode != 0:
 		res.Status, res.ExitCode = box.StatusMemoryLimit, msg.ExitCode
 	case msg.Signal != 0:
@@ -283,6 +283,11 @@ wait:
 	res.Warnings = append(res.Warnings, warnings(msg.LandlockABI)...)
 	res.Normalize()
 	return res, nil
+}
+
+type filterResult struct {
+	prog []byte
+	err  error
 }
 
 // drain copies one output pipe into its capture, and reports a flood once.
@@ -320,7 +325,7 @@ func waitReaders(wg *sync.WaitGroup, pipes ...*os.File) {
 	}
 }
 
-func isolationList(cg *cgroup.Box, landlockABI int) []string {
+func isolationList(cg *cgroup.Box, landlockABI int, rootless bool) []string {
 	iso := []string{
 		"user_namespace", "mount_namespace", "pid_namespace", "network_namespace",
 		"ipc_namespace", "uts_namespace", "cgroup_namespace",
@@ -328,6 +333,9 @@ func isolationList(cg *cgroup.Box, landlockABI int) []string {
 	}
 	if landlockABI > 0 {
 		iso = append(iso, "landlock_abi_"+strconv.Itoa(landlockABI))
+	}
+	if rootless {
+		iso = append(iso, "rootless")
 	}
 	if cg != nil {
 		iso = append(iso, fmt.Sprintf("cgroup_v%d", cg.Version()))
@@ -377,11 +385,12 @@ func socketpair() (parent, child *os.File, err error) {
 }
 
 // boxPipe makes an output pipe owned by the box's uid, so that code may reopen it as
-// /dev/stdout or /dev/stderr (a pipe inode is owned by its creator, mode 0600).
-func boxPipe() (r, w *os.File, err error) {
+// /dev/stdout or /dev/stderr (a pipe inode is owned by its creator, mode 0600). Rootless,
+// the creator's uid already is the code's.
+func boxPipe(rootless bool) (r, w *os.File, err error) {
 	r, w, err = os.Pipe()
-	if err != nil {
-		return nil, nil, err
+	if err != nil || rootless {
+		return r, w, err
 	}
 	if err := unix.Fchown(int(w.Fd()), HostBoxUID, HostBoxUID); err != nil {
 		r.Close()
@@ -408,5 +417,52 @@ func (e *ChildError) Unwrap() error {
 	return e.Errno
 }
 
-// ErrNeedRoot: the native backend currently needs root (rootless mode is tracked in the issue).
-var ErrNeedRoot = errors.New("the native backend needs root for now (run moat as root; rootless mode is not built yet)")
+// initAttr returns how init is cloned. As root the box's user namespace maps two
+// unprivileged host ids (HostRootUID for init, HostBoxUID for the code); rootless, an
+// ordinary user can map only its own uid and gid, once, and setgroups must be denied.
+func initAttr(rootless bool) *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{
+		Cloneflags: cloneFlags,
+		Credential: &syscall.Credential{Uid: 0, Gid: 0},
+		Pdeathsig:  syscall.SIGKILL,
+	}
+	if rootless {
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+		attr.GidMappingsEnableSetgroups = false
+		attr.Credential.NoSetGroups = true
+		return attr
+	}
+	ids := func(inside int) []syscall.SysProcIDMap {
+		return []syscall.SysProcIDMap{{ContainerID: 0, HostID: HostRootUID, Size: 1}, {ContainerID: inside, HostID: HostBoxUID, Size: 1}}
+	}
+	attr.UidMappings, attr.GidMappings = ids(boxUID), ids(boxGID)
+	attr.GidMappingsEnableSetgroups = true
+	return attr
+}
+
+// ErrNoUserNS: the kernel refused to create the box's namespaces.
+var ErrNoUserNS = errors.New("the kernel refused to create user namespaces")
+
+func startError(err error, rootless bool) error {
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EINVAL) {
+		hint := "check user.max_user_namespaces"
+		if rootless {
+			hint = "unprivileged user namespaces may be disabled (kernel.unprivileged_userns_clone=0, or an AppArmor/SELinux policy); run as root or enable them"
+		}
+		return fmt.Errorf("start box init: %w: %v (%s)", ErrNoUserNS, err, hint)
+	}
+	return fmt.Errorf("start box init: %w", err)
+}
+
+// lastLine returns the last non-empty line of s, at most 300 bytes, for error messages.
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if len(s) > 300 {
+		s = s[:300]
+	}
+	return s
+}

@@ -30,9 +30,9 @@ func Probe() []Check {
 		out = append(out, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
 	}
 	if os.Geteuid() == 0 {
-		add("privileges", true, "running as root: the native backend can map uids and create cgroups")
+		add("privileges", true, "running as root: the native backend maps unprivileged host uids and creates cgroups")
 	} else {
-		add("privileges", false, "not root: the native backend needs root for now (rootless mode is not built yet)")
+		add("privileges", true, "not root: rootless mode (the code still runs as uid 65534 with no capabilities; cgroups only where delegated)")
 	}
 	if n := readTrim("/proc/sys/user/max_user_namespaces"); n == "0" {
 		add("user namespaces", false, "disabled (user.max_user_namespaces=0)")
@@ -113,7 +113,7 @@ func Enforced(checks []Check) []string {
 	for _, c := range checks {
 		ok[c.Name] = c.OK
 	}
-	if !ok["privileges"] || !ok["user namespaces"] || !ok["seccomp"] {
+	if !ok["user namespaces"] || !ok["seccomp"] {
 		return []string{"nothing: moat run refuses to start here (see the checks above)"}
 	}
 	lines := []string{

@@ -32,6 +32,10 @@ type initSpec struct {
 	AddressSpace int64 `json:"address_space"`
 	// HostExe is the moat binary's host path, masked inside the box if a bound tree holds it.
 	HostExe string `json:"host_exe"`
+	// Seccomp is the encoded filter stack (seccomp.Encoded), assembled by the parent.
+	Seccomp []byte `json:"seccomp"`
+	// Rootless: moat runs as an ordinary user; only its own uid and gid are mapped.
+	Rootless bool `json:"rootless"`
 	// Trace asks init to time its steps (debug knob MOAT_DEBUG_PHASES).
 	Trace bool `json:"trace"`
 

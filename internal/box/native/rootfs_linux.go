@@ -74,6 +74,11 @@ func mountRootfs(s *initSpec) error {
 		return err
 	}
 	wsOpts := fmt.Sprintf("mode=0755,size=%d,uid=%d,gid=%d", s.DiskBytes, boxUID, boxGID)
+	if s.Rootless {
+		// 65534 is not mapped here; the owner, init's uid, is 65534 in the code's nested
+		// user namespace.
+		wsOpts = fmt.Sprintf("mode=0755,size=%d", s.DiskBytes)
+	}
 	if err := mkdirMount("tmpfs", stage+box.WorkspaceDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, wsOpts); err != nil {
 		return err
 	}
@@ -249,7 +254,7 @@ func copyFiles(s *initSpec) error {
 	ws := box.WorkspaceDir
 	for _, f := range s.Files {
 		src := os.NewFile(uintptr(f.FD), "file")
-		if err := copyFile(src, ws, f.Dest); err != nil {
+		if err := copyFile(src, ws, f.Dest, !s.Rootless); err != nil {
 			src.Close()
 			return fmt.Errorf("copy file to %s: %w", f.Dest, err)
 		}
@@ -258,12 +263,12 @@ func copyFiles(s *initSpec) error {
 	return nil
 }
 
-func copyFile(src *os.File, ws, dest string) error {
+func copyFile(src *os.File, ws, dest string, chown bool) error {
 	dst := filepath.Join(ws, dest)
 	if !strings.HasPrefix(dst, ws+"/") {
 		return fmt.Errorf("destination escapes the workspace")
 	}
-	for d := filepath.Dir(dst); d != ws; d = filepath.Dir(d) {
+	for d := filepath.Dir(dst); chown && d != ws; d = filepath.Dir(d) {
 		defer os.Lchown(d, boxUID, boxGID) //nolint:errcheck // best effort ownership of created dirs
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
@@ -277,9 +282,11 @@ func copyFile(src *os.File, ws, dest string) error {
 		out.Close()
 		return err
 	}
-	if err := out.Chown(boxUID, boxGID); err != nil {
-		out.Close()
-		return err
+	if chown {
+		if err := out.Chown(boxUID, boxGID); err != nil {
+			out.Close()
+			return err
+		}
 	}
 	return out.Close()
 }

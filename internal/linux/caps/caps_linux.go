@@ -54,3 +54,16 @@ func NoNewPrivs() error {
 	}
 	return nil
 }
+
+// ClearAll empties the effective, permitted and inheritable sets of the calling thread
+// (capset(2)), for a process that holds capabilities without being uid 0: the creator of
+// a user namespace. Call DropBounding first; it needs CAP_SETPCAP.
+// Preconditions: must be called with the OS thread locked.
+func ClearAll() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return os.NewSyscallError("capset", err)
+	}
+	return nil
+}

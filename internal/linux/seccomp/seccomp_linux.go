@@ -33,16 +33,19 @@ func Install() error {
 	if err != nil {
 		return fmt.Errorf("install seccomp filter: %w", err)
 	}
+	return installFilters(c.filters)
+}
 
+func installFilters(filters [][]unix.SockFilter) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("install seccomp filter: set no_new_privs: %w", os.NewSyscallError("prctl", err))
 	}
-	for i, filter := range c.filters {
+	for i, filter := range filters {
 		if err := load(filter); err != nil {
-			return fmt.Errorf("install seccomp filter %d of %d: %w", i+1, len(c.filters), err)
+			return fmt.Errorf("install seccomp filter %d of %d: %w", i+1, len(filters), err)
 		}
 	}
 	return nil

@@ -26,3 +26,9 @@ func DeniedSyscalls() []string {
 func unsupportedPlatform() error {
 	return fmt.Errorf("%w on %s/%s", ErrNotSupported, runtime.GOOS, runtime.GOARCH)
 }
+
+// Encoded reports that no filter exists on this platform.
+func Encoded() ([]byte, error) { return nil, unsupportedPlatform() }
+
+// InstallEncoded reports that no filter exists on this platform.
+func InstallEncoded([]byte) error { return unsupportedPlatform() }
