@@ -332,6 +332,16 @@ except RuntimeError as e:
 					t.Fatalf("thread bomb not stopped:\n%s", o)
 				}
 			}},
+		{name: "process limit is exact", lang: "python", args: []string{"--pids", "10"}, code: `
+import os, time
+n = 0
+try:
+    while True:
+        if os.fork() == 0:
+            time.sleep(3); os._exit(0)
+        n += 1
+except OSError as e:
+    print("forks", n, e.errno)`, status: ok, check: stdoutHas("forks 9 11")},
 		{name: "memory bomb", lang: "python", args: []string{"--memory", "64MiB"}, code: `
 x = []
 while True:

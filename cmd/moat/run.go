@@ -195,7 +195,7 @@ func buildSpec(f *runFlags, pos []string, stdin io.Reader) (*box.Spec, func(), e
 	if spec.Limits.Memory < 16<<20 {
 		return nil, cleanup, fmt.Errorf("--memory: %s is below the minimum of 16MiB", f.memory)
 	}
-	if spec.Limits.CPUs, err = strconv.ParseFloat(f.cpus, 64); err != nil || spec.Limits.CPUs < 0.01 || spec.Limits.CPUs > 1024 {
+	if spec.Limits.CPUs, err = strconv.ParseFloat(f.cpus, 64); err != nil || !(spec.Limits.CPUs >= 0.01 && spec.Limits.CPUs <= 1024) {
 		return nil, cleanup, fmt.Errorf("--cpus: invalid value %q (want a number of cores between 0.01 and 1024)", f.cpus)
 	}
 	if spec.Limits.Pids, err = strconv.ParseInt(f.pids, 10, 64); err != nil || spec.Limits.Pids < 1 || spec.Limits.Pids > 1<<22 {

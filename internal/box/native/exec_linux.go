@@ -37,9 +37,6 @@ const (
 type execSpec struct {
 	Argv []string `json:"argv"`
 	Env  []string `json:"env"`
-	// AddressSpace is RLIMIT_AS, set just before exec: a Go runtime cannot start under a
-	// small one, so init leaves it to this last step.
-	AddressSpace int64 `json:"address_space"`
 	// Seccomp is the encoded filter stack, as in initSpec.
 	Seccomp []byte `json:"seccomp"`
 }
@@ -127,12 +124,6 @@ func runExec() int {
 	}
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fail(os.NewSyscallError("close_range", err))
-	}
-	if es.AddressSpace > 0 {
-		lim := unix.Rlimit{Cur: uint64(es.AddressSpace), Max: uint64(es.AddressSpace)}
-		if err := unix.Setrlimit(unix.RLIMIT_AS, &lim); err != nil {
-			return fail(stepErr(StepRlimits, fmt.Errorf("setrlimit as: %w", err)))
-		}
 	}
 	return fail(unix.Exec(es.Argv[0], es.Argv, es.Env))
 }

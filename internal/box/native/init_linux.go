@@ -74,6 +74,9 @@ func runInit() int {
 	s.last = began
 	s.lap("read-spec")
 	abi, err := setup(&s, sync)
+	if err == nil {
+		err = writeFrame(sync, initMsg{Kind: "confined", LandlockABI: abi})
+	}
 	if err != nil {
 		var se *stepError
 		if errors.As(err, &se) {
@@ -212,15 +215,8 @@ func setRlimits(s *initSpec) error {
 	}{
 		{unix.RLIMIT_CORE, "core", 0},
 		{unix.RLIMIT_NOFILE, "nofile", uint64(s.OpenFiles)},
-		{unix.RLIMIT_NPROC, "nproc", uint64(s.Pids)},
+		{unix.RLIMIT_NPROC, "nproc", uint64(s.Pids + initReserve)}, // the code's own: codeRlimits
 		{unix.RLIMIT_CPU, "cpu", s.CPUSecs},
-	}
-	if s.AddressSpace > 0 && !s.Rootless { // rootless: set by the second stage, see exec_linux.go
-		limits = append(limits, struct {
-			res  int
-			name string
-			v    uint64
-		}{unix.RLIMIT_AS, "as", uint64(s.AddressSpace)})
 	}
 	for _, l := range limits {
 		// Lowering is always allowed; raising past the inherited hard limit is not
@@ -233,6 +229,28 @@ func setRlimits(s *initSpec) error {
 		if err := unix.Setrlimit(l.res, &unix.Rlimit{Cur: v, Max: v}); err != nil {
 			return fmt.Errorf("setrlimit %s=%d: %w", l.name, v, err)
 		}
+	}
+	return nil
+}
+
+// codeRlimits sets the limits that must bind the code but not init's Go runtime (whose
+// threads would count against RLIMIT_NPROC and whose address space reservation exceeds
+// any useful RLIMIT_AS): the exact process limit and, without cgroups, the address space.
+// It runs right after the fork returned, while the interpreter is still loading; the
+// pids cgroup (Limits.Pids plus initReserve) bounds the box even before it.
+func codeRlimits(pid int, s *initSpec) error {
+	set := func(res int, name string, v int64) error {
+		lim := unix.Rlimit{Cur: uint64(v), Max: uint64(v)}
+		if err := unix.Prlimit(pid, res, &lim, nil); err != nil {
+			return stepErr(StepRlimits, fmt.Errorf("prlimit %s=%d: %w", name, v, err))
+		}
+		return nil
+	}
+	if err := set(unix.RLIMIT_NPROC, "nproc", s.Pids); err != nil {
+		return err
+	}
+	if s.AddressSpace > 0 {
+		return set(unix.RLIMIT_AS, "as", s.AddressSpace)
 	}
 	return nil
 }
@@ -276,7 +294,7 @@ func runCode(s *initSpec, began time.Time) (initMsg, error) {
 	argv := append(append([]string{}, s.Argv...), s.CodePath)
 	var pid int
 	if s.Rootless {
-		pid, err = startStage2(devnull, execSpec{Argv: argv, Env: s.Env, AddressSpace: s.AddressSpace, Seccomp: s.Seccomp})
+		pid, err = startStage2(devnull, execSpec{Argv: argv, Env: s.Env, Seccomp: s.Seccomp})
 	} else {
 		pid, err = syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
 			Dir:   "/workspace",
@@ -290,6 +308,9 @@ func runCode(s *initSpec, began time.Time) (initMsg, error) {
 		})
 	}
 	devnull.Close()
+	if err == nil {
+		err = codeRlimits(pid, s)
+	}
 	s.lap("fork-exec")
 	setupMicros := time.Since(began).Microseconds()
 	if err != nil {

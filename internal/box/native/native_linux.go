@@ -32,6 +32,9 @@ const (
 	HostBoxUID  = HostRootUID + boxUID // uid 65534 inside (the code)
 	cloneFlags  = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS
 	readChunk   = 32 << 10
+	// initReserve is added to the box's pids cgroup limit for init's own threads; the
+	// code itself is held to Limits.Pids by RLIMIT_NPROC.
+	initReserve = 16
 	drainGrace  = 2 * time.Second
 	cgroupGrace = 2 * time.Second
 )
@@ -72,7 +75,12 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 	tr := newPhaseTrace(start)
 	defer func() { tr.report(b.log()) }()
 
-	cg, cgErr := cgroup.New(boxName(), cgroup.Limits{MemoryBytes: lim.Memory, Pids: lim.Pids, CPUs: lim.CPUs})
+	cg, cgErr := cgroup.New(boxName(), cgroup.Limits{MemoryBytes: lim.Memory, Pids: lim.Pids + initReserve, CPUs: lim.CPUs})
+	if cgErr != nil && !rootless && cgroup.Detect().Version != cgroup.None {
+		// The host has cgroups and we are root: failing to use them is a broken
+		// machine, not a reason to run the code with weaker limits.
+		return nil, fmt.Errorf("create the box's cgroup: %w", cgErr)
+	}
 	if cgErr != nil {
 		res.Warnings = append(res.Warnings, "cgroups unavailable ("+cgErr.Error()+"): memory is limited by RLIMIT_AS, processes by RLIMIT_NPROC, CPU time by RLIMIT_CPU only")
 		b.log().Debug("cgroups unavailable, falling back to rlimits", "err", cgErr) // the result's warnings say it
@@ -171,14 +179,8 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 	readers.Add(2)
 	go drain(&readers, stdoutR, outCap, flood)
 	go drain(&readers, stderrR, errCap, flood)
-	msgc := make(chan initMsg, 1)
-	go func() {
-		var m initMsg
-		if err := readFrame(parentSock, maxInitFrame, &m); err != nil {
-			m = initMsg{Kind: "none", Detail: err.Error()}
-		}
-		msgc <- m
-	}()
+	msgc := make(chan initReport, 1)
+	go func() { msgc <- readReport(parentSock) }()
 	// The spec goes first so init builds the root while init is moved into the cgroup
 	// (v1); the go frame releases it once it is there.
 	filter := <-filterc
@@ -232,7 +234,8 @@ wait:
 		_ = cg.Kill() // init is gone, so is its PID namespace; this is belt and braces
 	}
 	waitReaders(&readers, stdoutR, stderrR)
-	msg := <-msgc
+	report := <-msgc
+	msg := report.final
 	tr.mark("drain")
 	tr.note("init_setup", time.Duration(msg.SetupMicros)*time.Microsecond)
 	tr.text("init_steps", msg.Laps)
@@ -250,7 +253,7 @@ wait:
 			oomKills = st.OOMKills
 		}
 	}
-	res.Isolation = isolationList(cg, msg.LandlockABI, rootless)
+	res.Isolation = isolationList(cg, report.landlockABI, rootless)
 	tr.mark("stats")
 
 	switch {
@@ -280,9 +283,40 @@ wait:
 	if res.Status == box.StatusOutputLimit {
 		res.Stderr += fmt.Sprintf("\n[moat: killed for flooding output far past the cap of %d bytes]\n", lim.Output)
 	}
-	res.Warnings = append(res.Warnings, warnings(msg.LandlockABI)...)
+	if report.confined {
+		res.Warnings = append(res.Warnings, warnings(report.landlockABI)...)
+	}
 	res.Normalize()
 	return res, nil
+}
+
+// initReport is what init said: whether it confined the box (and with which Landlock
+// ABI) and its final "exit" or "error" message (Kind "none" if it said nothing more).
+type initReport struct {
+	confined    bool
+	landlockABI int
+	final       initMsg
+}
+
+// readReport reads init's frames until EOF. A malformed or oversized frame ends the
+// reading; the box is then judged by what was read.
+func readReport(r io.Reader) initReport {
+	var rep initReport
+	for {
+		var m initMsg
+		if err := readFrame(r, maxInitFrame, &m); err != nil {
+			if rep.final.Kind == "" {
+				rep.final = initMsg{Kind: "none", Detail: err.Error()}
+			}
+			return rep
+		}
+		switch m.Kind {
+		case "confined":
+			rep.confined, rep.landlockABI = true, m.LandlockABI
+		case "exit", "error":
+			rep.final = m
+		}
+	}
 }
 
 type filterResult struct {
