@@ -68,7 +68,6 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 	lim := spec.Limits.WithDefaults()
 	// The seccomp filter is assembled here, once per process and concurrently with
 	// starting the box, so init only loads it.
-	go cgroup.PrimeMigration() // v1: the RCU grace period of AddProc starts now
 	filterc := make(chan filterResult, 1)
 	go func() { b, err := seccomp.Encoded(); filterc <- filterResult{b, err} }()
 	res := &box.Result{}

@@ -49,6 +49,3 @@ func (b *Box) Destroy() error { return nil }
 func Sweep() (int, error) {
 	return 0, fmt.Errorf("%w: cgroups exist only on linux", ErrUnavailable)
 }
-
-// PrimeMigration does nothing off Linux.
-func PrimeMigration() {}
