@@ -334,6 +334,7 @@ func runCode(s *initSpec, began time.Time) (initMsg, error) {
 		if wpid != pid {
 			continue // an orphan re-parented to PID 1: reaped
 		}
+		s.lap("code")
 		msg := initMsg{
 			Kind:        "exit",
 			CPUMicros:   ru.Utime.Sec*1e6 + ru.Utime.Usec + ru.Stime.Sec*1e6 + ru.Stime.Usec,

@@ -230,6 +230,7 @@ wait:
 	}
 	res.DurationMS = time.Since(start).Milliseconds()
 	tr.mark("run")
+	waitedAt := time.Now()
 	if cg != nil {
 		_ = cg.Kill() // init is gone, so is its PID namespace; this is belt and braces
 	}
@@ -238,6 +239,9 @@ wait:
 	msg := report.final
 	tr.mark("drain")
 	tr.note("init_setup", time.Duration(msg.SetupMicros)*time.Microsecond)
+	if !report.finalAt.IsZero() {
+		tr.note("init_exit_to_reaped", waitedAt.Sub(report.finalAt))
+	}
 	tr.text("init_steps", msg.Laps)
 
 	res.Stdout, res.Stderr = outCap.String(), errCap.String()
@@ -296,6 +300,7 @@ type initReport struct {
 	confined    bool
 	landlockABI int
 	final       initMsg
+	finalAt     time.Time // when the final message arrived (phase tracing)
 }
 
 // readReport reads init's frames until EOF. A malformed or oversized frame ends the
@@ -315,6 +320,7 @@ func readReport(r io.Reader) initReport {
 			rep.confined, rep.landlockABI = true, m.LandlockABI
 		case "exit", "error":
 			rep.final = m
+			rep.finalAt = time.Now()
 		}
 	}
 }
