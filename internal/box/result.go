@@ -44,8 +44,12 @@ type Display struct {
 
 // Violation is one policy rule that refused the code.
 type Violation struct {
-	Rule   string `json:"rule"`
+	// Rule names the rule, e.g. "python.import" or "shell.command".
+	Rule string `json:"rule"`
+	// Detail is one sentence an LLM can act on: what was blocked, by which profile.
 	Detail string `json:"detail"`
+	// Line is the 1-based line of the code that triggered it, 0 if unknown.
+	Line int `json:"line,omitempty"`
 }
 
 // Usage is what the box consumed.
