@@ -11,4 +11,8 @@ require (
 	golang.org/x/sys v0.49.0
 )
 
-require kernel.org/pub/linux/libs/security/libcap/psx v1.2.77 // indirect
+require (
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
+	kernel.org/pub/linux/libs/security/libcap/psx v1.2.77 // indirect
+	mvdan.cc/sh/v3 v3.14.1 // indirect
+)

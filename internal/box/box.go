@@ -30,9 +30,33 @@ type Spec struct {
 	Limits Limits
 	// Network is the network mode; only "none" exists for now.
 	Network string
-	// Stdout and Stderr, when set, receive the code's output live (after capping).
+	// Stdout and Stderr, when set, receive the code's output live (after the filter,
+	// up to the output cap).
 	Stdout, Stderr io.Writer
+
+	// Interpreter, when set, replaces the language's Argv (the code path is still
+	// appended), e.g. to start the Python policy runner.
+	Interpreter []string
+	// Support files are placed read-only under /.moat before the code starts (the
+	// policy runner and its policy, for example). Paths are absolute, under /.moat.
+	Support []SupportFile
+	// Filter, when set, wraps each output stream: the backend writes the code's raw
+	// bytes to the returned writer, which writes the filtered bytes to next. The
+	// backend closes it when the stream ends. Flood detection counts raw bytes.
+	Filter func(next io.Writer) io.WriteCloser
+	// Report asks for a report channel: fd 3 of the code is a pipe whose content (at
+	// most MaxReportBytes) comes back in Result.Report.
+	Report bool
 }
+
+// SupportFile is a file the engine places in the box for its own use.
+type SupportFile struct {
+	Path string // absolute, under /.moat
+	Data []byte
+}
+
+// MaxReportBytes bounds what the report channel keeps; the rest is read and dropped.
+const MaxReportBytes = 256 << 10
 
 // File is a host file the caller has opened to be copied into the workspace.
 type File struct {

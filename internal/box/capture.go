@@ -77,14 +77,18 @@ func (c *Capture) writeTail(p []byte) {
 	}
 }
 
+// Limit is the cap given to NewCapture.
+func (c *Capture) Limit() int64 { return c.limit }
+
 // Total is the number of bytes the stream produced.
 func (c *Capture) Total() int64 { return c.total }
 
 // Truncated reports whether bytes were elided.
 func (c *Capture) Truncated() bool { return c.total > c.limit }
 
-// Flooded reports whether the stream went far past the cap (see FloodFactor).
-func (c *Capture) Flooded() bool { return c.total > c.limit*FloodFactor }
+// Flooded reports whether total raw bytes of a stream capped at limit are a flood
+// (see FloodFactor).
+func Flooded(total, limit int64) bool { return total > limit*FloodFactor }
 
 // String returns the kept output. When bytes were elided, a marker line in the middle
 // says how many; cut points are moved to whole UTF-8 characters.

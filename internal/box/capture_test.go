@@ -75,14 +75,11 @@ func TestCaptureUTF8Boundaries(t *testing.T) {
 	}
 }
 
-func TestCaptureFlood(t *testing.T) {
-	c := NewCapture(10, nil)
-	c.Write(make([]byte, 10*FloodFactor))
-	if c.Flooded() {
+func TestFlooded(t *testing.T) {
+	if Flooded(10*FloodFactor, 10) {
 		t.Fatal("flooded at exactly FloodFactor times the cap")
 	}
-	c.Write([]byte{1})
-	if !c.Flooded() {
+	if !Flooded(10*FloodFactor+1, 10) {
 		t.Fatal("not flooded past FloodFactor times the cap")
 	}
 }

@@ -34,6 +34,10 @@ type Result struct {
 	Warnings []string `json:"warnings"`
 	// Error explains an internal_error; empty otherwise.
 	Error string `json:"error,omitempty"`
+
+	// Report is what the code wrote to its report channel (Spec.Report): untrusted
+	// input for the engine to parse. Not part of the JSON contract.
+	Report []byte `json:"-"`
 }
 
 // Display is one rich output (a figure as PNG, for example).

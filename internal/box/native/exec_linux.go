@@ -30,8 +30,9 @@ const ExecRole = "__moat-exec"
 
 // The second stage's fds besides stdio.
 const (
-	fdExecSpec = 3 // read: one frame with the argv and env
-	fdExecErr  = 4 // write: one error frame if confinement or exec fails; closed by exec
+	fdExecReport = 3 // the code's report channel (or /dev/null), kept across exec
+	fdExecSpec   = 4 // read: one frame with the argv and env
+	fdExecErr    = 5 // write: one error frame if confinement or exec fails; closed by exec
 )
 
 type execSpec struct {
@@ -45,7 +46,11 @@ func init() { childproc.Add(ExecRole, runExec) }
 
 // startStage2 forks the second stage into a nested user namespace (65534 inside = init's
 // uid), hands it argv and env, and waits until it has exec'd the code or failed.
-func startStage2(stdin *os.File, es execSpec) (int, error) {
+func startStage2(stdin *os.File, reportFD int, es execSpec) (int, error) {
+	report := stdin.Fd() // without a report channel, fd 3 is /dev/null
+	if reportFD != 0 {
+		report = uintptr(reportFD)
+	}
 	specR, specW, err := os.Pipe()
 	if err != nil {
 		return 0, err
@@ -62,7 +67,7 @@ func startStage2(stdin *os.File, es execSpec) (int, error) {
 	pid, err := syscall.ForkExec("/proc/self/exe", []string{"moat-exec", ExecRole}, &syscall.ProcAttr{
 		Dir:   "/workspace",
 		Env:   []string{},
-		Files: []uintptr{stdin.Fd(), 1, 2, specR.Fd(), errW.Fd()},
+		Files: []uintptr{stdin.Fd(), 1, 2, report, specR.Fd(), errW.Fd()},
 		Sys: &syscall.SysProcAttr{
 			Cloneflags:  unix.CLONE_NEWUSER,
 			UidMappings: ids,
@@ -122,7 +127,7 @@ func runExec() int {
 	if _, err := confine(&initSpec{Seccomp: es.Seccomp}, true); err != nil {
 		return fail(err)
 	}
-	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+	if err := unix.CloseRange(fdExecSpec, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fail(os.NewSyscallError("close_range", err))
 	}
 	return fail(unix.Exec(es.Argv[0], es.Argv, es.Env))

@@ -294,12 +294,16 @@ func runCode(s *initSpec, began time.Time) (initMsg, error) {
 	argv := append(append([]string{}, s.Argv...), s.CodePath)
 	var pid int
 	if s.Rootless {
-		pid, err = startStage2(devnull, execSpec{Argv: argv, Env: s.Env, Seccomp: s.Seccomp})
+		pid, err = startStage2(devnull, s.ReportFD, execSpec{Argv: argv, Env: s.Env, Seccomp: s.Seccomp})
 	} else {
+		files := []uintptr{devnull.Fd(), 1, 2}
+		if s.ReportFD != 0 {
+			files = append(files, uintptr(s.ReportFD)) // the code's fd 3
+		}
 		pid, err = syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
 			Dir:   "/workspace",
 			Env:   s.Env,
-			Files: []uintptr{devnull.Fd(), 1, 2},
+			Files: files,
 			Sys: &syscall.SysProcAttr{
 				Credential: &syscall.Credential{Uid: boxUID, Gid: boxGID, Groups: []uint32{}},
 				Setsid:     true,
@@ -308,6 +312,9 @@ func runCode(s *initSpec, began time.Time) (initMsg, error) {
 		})
 	}
 	devnull.Close()
+	if s.ReportFD != 0 {
+		unix.Close(s.ReportFD) // the code holds it now; EOF reaches the parent when the box ends
+	}
 	if err == nil {
 		err = codeRlimits(pid, s)
 	}

@@ -118,8 +118,13 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 	}
 	defer stderrR.Close()
 
+	argv := lang.Argv
+	if len(spec.Interpreter) > 0 {
+		argv = spec.Interpreter
+	}
 	is := &initSpec{
-		Argv:      lang.Argv,
+		Support:   spec.Support,
+		Argv:      argv,
 		Env:       box.MergeEnv(spec.Env),
 		Code:      spec.Code,
 		CodePath:  lang.CodePath,
@@ -139,6 +144,17 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 	for i, f := range spec.Files {
 		is.Files = append(is.Files, initFile{Dest: f.Dest, FD: fdFirstFile + i})
 		extra = append(extra, f.Src)
+	}
+	var reportR *os.File
+	if spec.Report {
+		var reportW *os.File
+		if reportR, reportW, err = boxPipe(rootless); err != nil {
+			return nil, err
+		}
+		defer reportR.Close()
+		defer reportW.Close() // after Start the parent's copy is closed early, below
+		is.ReportFD = fdSync + len(extra) // ExtraFiles[i] is fd 3+i in init
+		extra = append(extra, reportW)
 	}
 
 	cmd := &exec.Cmd{
@@ -162,6 +178,9 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 	childSock.Close()
 	stdoutW.Close()
 	stderrW.Close()
+	if spec.Report {
+		extra[len(extra)-1].Close() // init holds the write end now
+	}
 	if err != nil {
 		return nil, startError(err, rootless)
 	}
@@ -174,11 +193,19 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 	// Everything from here reads untrusted data: frames are bounded, output is capped.
 	outCap := box.NewCapture(lim.Output, spec.Stdout)
 	errCap := box.NewCapture(lim.Output, spec.Stderr)
+	outSink, errSink := filtered(spec.Filter, outCap), filtered(spec.Filter, errCap)
 	flood := make(chan struct{}, 2)
 	var readers sync.WaitGroup
 	readers.Add(2)
-	go drain(&readers, stdoutR, outCap, flood)
-	go drain(&readers, stderrR, errCap, flood)
+	go drain(&readers, stdoutR, outSink, flood)
+	go drain(&readers, stderrR, errSink, flood)
+	var reportData []byte
+	reportDone := make(chan struct{})
+	if reportR != nil {
+		go func() { reportData = readBounded(reportR, box.MaxReportBytes); close(reportDone) }()
+	} else {
+		close(reportDone)
+	}
 	msgc := make(chan initReport, 1)
 	go func() { msgc <- readReport(parentSock) }()
 	// The spec goes first so init builds the root while init is moved into the cgroup
@@ -234,7 +261,14 @@ wait:
 	if cg != nil {
 		_ = cg.Kill() // init is gone, so is its PID namespace; this is belt and braces
 	}
-	waitReaders(&readers, stdoutR, stderrR)
+	pipes := []*os.File{stdoutR, stderrR}
+	if reportR != nil {
+		pipes = append(pipes, reportR)
+	}
+	waitReaders(&readers, reportDone, pipes...)
+	_ = outSink.Close()
+	_ = errSink.Close()
+	res.Report = reportData
 	report := <-msgc
 	msg := report.final
 	tr.mark("drain")
@@ -330,16 +364,20 @@ type filterResult struct {
 	err  error
 }
 
-// drain copies one output pipe into its capture, and reports a flood once.
-func drain(wg *sync.WaitGroup, r io.Reader, c *box.Capture, flood chan<- struct{}) {
+// drain copies one output pipe into its sink (the filter, then the capture) and
+// reports a flood once. Flood detection counts raw bytes, before any filter.
+func drain(wg *sync.WaitGroup, r io.Reader, sink io.Writer, flood chan<- struct{}) {
 	defer wg.Done()
 	buf := make([]byte, readChunk)
+	var total int64
+	c, capped := sinkCapture(sink)
 	reported := false
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
-			c.Write(buf[:n]) //nolint:errcheck // Capture never fails
-			if !reported && c.Flooded() {
+			_, _ = sink.Write(buf[:n]) // a filter error must not stop the draining
+			total += int64(n)
+			if !reported && capped && box.Flooded(total, c.Limit()) {
 				reported = true
 				flood <- struct{}{}
 			}
@@ -350,11 +388,51 @@ func drain(wg *sync.WaitGroup, r io.Reader, c *box.Capture, flood chan<- struct{
 	}
 }
 
-// waitReaders waits for both output pipes to reach EOF. Every writer died with the PID
-// namespace, so EOF is immediate; the grace only guards against a kernel surprise.
-func waitReaders(wg *sync.WaitGroup, pipes ...*os.File) {
+// filteredSink is the writer chain of one stream: the engine's filter, then the capture.
+type filteredSink struct {
+	io.WriteCloser
+	capture *box.Capture
+}
+
+func filtered(filter func(io.Writer) io.WriteCloser, c *box.Capture) filteredSink {
+	if filter == nil {
+		return filteredSink{WriteCloser: nopCloser{c}, capture: c}
+	}
+	return filteredSink{WriteCloser: filter(c), capture: c}
+}
+
+func sinkCapture(w io.Writer) (*box.Capture, bool) {
+	if f, ok := w.(filteredSink); ok {
+		return f.capture, true
+	}
+	return nil, false
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
+
+// readBounded reads r to EOF, keeping at most max bytes.
+func readBounded(r io.Reader, max int) []byte {
+	var out []byte
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 && len(out) < max {
+			out = append(out, buf[:min(n, max-len(out))]...)
+		}
+		if err != nil {
+			return out
+		}
+	}
+}
+
+// waitReaders waits for the output pipes (and the report) to reach EOF. Every writer
+// died with the PID namespace, so EOF is immediate; the grace only guards against a
+// kernel surprise.
+func waitReaders(wg *sync.WaitGroup, reportDone <-chan struct{}, pipes ...*os.File) {
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() { wg.Wait(); <-reportDone; close(done) }()
 	select {
 	case <-done:
 	case <-time.After(drainGrace):

@@ -1,6 +1,8 @@
 package native
 
 import (
+	"github.com/moat-sandbox/moat/internal/box"
+
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -18,10 +20,14 @@ const (
 // initSpec is everything init needs, sent as the first frame. It never travels in argv or
 // the environment.
 type initSpec struct {
-	Argv      []string   `json:"argv"`
-	Env       []string   `json:"env"`
-	Code      []byte     `json:"code"`
-	CodePath  string     `json:"code_path"`
+	Argv     []string `json:"argv"`
+	Env      []string `json:"env"`
+	Code     []byte   `json:"code"`
+	CodePath string   `json:"code_path"`
+	// Support files go under /.moat, read-only, beside the code.
+	Support []box.SupportFile `json:"support"`
+	// ReportFD, when non-zero, is init's fd of the report pipe; the code gets it as fd 3.
+	ReportFD  int        `json:"report_fd"`
 	Files     []initFile `json:"files"`
 	TmpBytes  int64      `json:"tmp_bytes"`
 	DiskBytes int64      `json:"disk_bytes"`

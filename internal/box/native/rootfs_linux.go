@@ -238,12 +238,22 @@ func makeProc() error {
 	return nil
 }
 
+// writeCode places the code and the engine's support files under /.moat, in the root
+// tmpfs that becomes read-only at pivot_root.
 func writeCode(s *initSpec) error {
-	dir := stage + filepath.Dir(s.CodePath)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+	files := append([]box.SupportFile{{Path: s.CodePath, Data: s.Code}}, s.Support...)
+	for _, f := range files {
+		if !strings.HasPrefix(f.Path, "/.moat/") || strings.Contains(f.Path, "..") {
+			return fmt.Errorf("support file %q is not under /.moat", f.Path)
+		}
+		if err := os.MkdirAll(stage+filepath.Dir(f.Path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(stage+f.Path, f.Data, 0o444); err != nil {
+			return err
+		}
 	}
-	return os.WriteFile(stage+s.CodePath, s.Code, 0o444)
+	return nil
 }
 
 // copyFiles copies the caller's files (passed as fds) into the fresh workspace, after
