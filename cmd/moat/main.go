@@ -22,6 +22,9 @@ Usage:
   moat run [flags] [FILE|-]   run code in a fresh box (moat run -h for flags)
   moat doctor                 what this host supports and what moat enforces here
   moat bench [-n N]           measure moat run against bare python3 (markdown table)
+  moat config check [FILE]    validate a config file; errors carry line numbers
+  moat policy check [flags] FILE
+                              what the policy would block, without running the code
   moat version                print the version
 
 `
@@ -45,6 +48,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdDoctor(args[1:], stdout, stderr)
 	case "bench":
 		return cmdBench(args[1:], stdout, stderr)
+	case "config":
+		return cmdConfig(args[1:], stdout, stderr)
+	case "policy":
+		return cmdPolicy(args[1:], stdin, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "moat", version)
 		return 0

@@ -16,6 +16,8 @@ import (
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/box/native"
 	"github.com/moat-sandbox/moat/internal/config"
+	"github.com/moat-sandbox/moat/internal/engine"
+	"github.com/moat-sandbox/moat/internal/filter"
 )
 
 // Exit statuses of `moat run` without --json when the code did not exit by itself.
@@ -24,6 +26,7 @@ const (
 	exitTimeout     = 124 // as timeout(1)
 	exitMemoryLimit = 137 // as a SIGKILLed process (the OOM killer)
 	exitOutputLimit = 141 // as SIGPIPE: the output was cut off
+	exitBlocked     = 126 // as "cannot execute": the policy refused the code
 )
 
 const runUsage = `Usage: moat run [flags] [FILE|-]
@@ -33,9 +36,9 @@ box that is destroyed afterwards. The language is inferred from FILE's extension
 (.py, .sh, .bash) unless --lang is given.
 
 Exit status without --json: the code's own exit status; 124 on timeout, 137 at the
-memory limit, 141 for an output flood, 128+N when killed by signal N; 2 for usage
-errors and 70 when moat itself failed. With --json, moat prints one JSON result and
-exits 0 whenever it produced one.
+memory limit, 141 for an output flood, 126 when the policy blocked the code, 128+N when
+killed by signal N; 2 for usage errors (and an invalid config) and 70 when moat itself
+failed. With --json, moat prints one JSON result and exits 0 whenever it produced one.
 
 Flags:
 `
@@ -47,8 +50,10 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 type runFlags struct {
 	lang, timeout, memory, cpus, pids, disk, tmp, output, network, backend string
+	configPath, profile                                                    string
 	jsonOut                                                                bool
 	files, env                                                             multiFlag
+	set                                                                    map[string]bool // flags given on the command line
 }
 
 func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -68,6 +73,8 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.backend, "backend", "native", "backend: native")
 	fs.Var(&f.files, "file", "copy host file SRC into the workspace, as DEST if given: SRC[:DEST] (repeatable)")
 	fs.Var(&f.env, "env", "set KEY=VALUE in the code's environment (repeatable)")
+	fs.StringVar(&f.configPath, "config", "", "config file (default: the first of "+strings.Join(config.SearchPath(), ", ")+")")
+	fs.StringVar(&f.profile, "profile", "", "policy profile: strict, default, open or one of the config (default: the config's)")
 	fs.Usage = func() { fmt.Fprint(stderr, runUsage); fs.PrintDefaults() }
 
 	pos, err := parseInterleaved(fs, args)
@@ -77,7 +84,9 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return exitUsage // flag already printed the error
 	}
-	spec, cleanup, err := buildSpec(&f, pos, stdin)
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	req, cleanup, err := buildRequest(&f, pos, stdin)
 	defer cleanup()
 	if err != nil {
 		fmt.Fprintf(stderr, "moat: %v\n", err)
@@ -87,28 +96,62 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "moat: unknown backend %q (available: native)\n", f.backend)
 		return exitUsage
 	}
+	eng, err := newEngine(f.configPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "moat: %v\n", err)
+		return exitUsage
+	}
 	if !f.jsonOut {
-		spec.Stdout, spec.Stderr = stdout, stderr
+		req.Stdout, req.Stderr = stdout, stderr
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	backend := &native.Backend{}
-	res, err := backend.Run(ctx, spec)
+	res, err := eng.Execute(ctx, req)
+	if errors.Is(err, engine.ErrBadRequest) {
+		fmt.Fprintf(stderr, "moat: %v\n", strings.TrimPrefix(err.Error(), engine.ErrBadRequest.Error()+": "))
+		return exitUsage
+	}
 	if err != nil {
+		msg := filter.SanitizeError(err.Error())
 		if f.jsonOut {
-			r := &box.Result{Status: box.StatusInternalError, ExitCode: -1, Error: err.Error()}
+			r := &box.Result{Status: box.StatusInternalError, ExitCode: -1, Error: msg}
 			r.Normalize()
 			writeJSON(stdout, r)
 		}
-		fmt.Fprintf(stderr, "moat: %v\n", err)
+		fmt.Fprintf(stderr, "moat: %s\n", msg)
 		return exitInternal
 	}
 	if f.jsonOut {
 		writeJSON(stdout, res)
 		return 0
 	}
-	return reportLive(res, spec.Limits, stderr)
+	return reportLive(res, stderr)
+}
+
+// newEngine loads the config (the given file, or the first found on the search path,
+// or the defaults) and builds the engine on the native backend. An invalid config is
+// an error: moat never falls back to defaults silently.
+func newEngine(configPath string) (*engine.Engine, error) {
+	cfg, err := loadConfig(configPath)
+	if err != nil {
+		return nil, err
+	}
+	return engine.New(cfg, &native.Backend{}, engine.Environ(), nil)
+}
+
+func loadConfig(configPath string) (*config.Config, error) {
+	if configPath == "" {
+		found, err := config.Find()
+		if err != nil {
+			return nil, err
+		}
+		if found == "" {
+			return config.Default(), nil
+		}
+		configPath = found
+	}
+	return config.Load(configPath)
 }
 
 func writeJSON(w io.Writer, r *box.Result) {
@@ -119,23 +162,32 @@ func writeJSON(w io.Writer, r *box.Result) {
 
 // reportLive finishes a run whose output was already streamed: it says why the code was
 // stopped, if it was, and maps the status to moat's exit status.
-func reportLive(res *box.Result, lim box.Limits, stderr io.Writer) int {
+func reportLive(res *box.Result, stderr io.Writer) int {
 	for _, w := range res.Warnings {
 		fmt.Fprintf(stderr, "moat: warning: %s\n", w)
 	}
 	if res.Truncated {
-		fmt.Fprintf(stderr, "moat: output truncated at %d bytes per stream\n", lim.WithDefaults().Output)
+		fmt.Fprintln(stderr, "moat: output truncated at the output limit (--output-limit)")
 	}
 	switch res.Status {
 	case box.StatusOK:
 		return 0
+	case box.StatusBlocked:
+		for _, v := range res.Violations {
+			if v.Line > 0 {
+				fmt.Fprintf(stderr, "moat: blocked: %s (line %d)\n", v.Detail, v.Line)
+			} else {
+				fmt.Fprintf(stderr, "moat: blocked: %s\n", v.Detail)
+			}
+		}
+		return exitBlocked
 	case box.StatusError, box.StatusKilled:
 		return res.ExitCode
 	case box.StatusTimeout:
-		fmt.Fprintf(stderr, "moat: timeout: killed after %s\n", lim.WithDefaults().Timeout)
+		fmt.Fprintln(stderr, "moat: timeout: the box was killed at its time limit (--timeout)")
 		return exitTimeout
 	case box.StatusMemoryLimit:
-		fmt.Fprintf(stderr, "moat: memory limit: killed at %d bytes\n", lim.WithDefaults().Memory)
+		fmt.Fprintln(stderr, "moat: memory limit: the code was killed at the box's memory limit (--memory)")
 		return exitMemoryLimit
 	case box.StatusOutputLimit:
 		fmt.Fprintln(stderr, "moat: output limit: killed for flooding output")
@@ -162,44 +214,27 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// buildSpec turns flags into a Spec. The returned cleanup closes opened files and is
-// always safe to call.
-func buildSpec(f *runFlags, pos []string, stdin io.Reader) (*box.Spec, func(), error) {
+// buildRequest turns flags into an engine request; limits are set only for the flags
+// given, so the profile's and the config's limits apply otherwise. The returned cleanup
+// closes opened files and is always safe to call.
+func buildRequest(f *runFlags, pos []string, stdin io.Reader) (*engine.Request, func(), error) {
 	var opened []*os.File
 	cleanup := func() {
 		for _, o := range opened {
 			o.Close()
 		}
 	}
-	spec := &box.Spec{Network: f.network}
+	spec := &engine.Request{Profile: f.profile}
 	if f.network != "none" {
 		return nil, cleanup, fmt.Errorf("network mode %q is not available (only none for now)", f.network)
 	}
 	var err error
-	if spec.Limits.Timeout, err = config.ParseDuration(f.timeout); err != nil {
-		return nil, cleanup, fmt.Errorf("--timeout: %w", err)
+	if spec.Limits, err = parseLimits(f); err != nil {
+		return nil, cleanup, err
 	}
-	for _, s := range []struct {
-		name, val string
-		dst       *int64
-	}{
-		{"--memory", f.memory, &spec.Limits.Memory},
-		{"--disk", f.disk, &spec.Limits.Disk},
-		{"--tmp", f.tmp, &spec.Limits.Tmp},
-		{"--output-limit", f.output, &spec.Limits.Output},
-	} {
-		if *s.dst, err = config.ParseSize(s.val); err != nil {
-			return nil, cleanup, fmt.Errorf("%s: %w", s.name, err)
-		}
-	}
-	if spec.Limits.Memory < 16<<20 {
-		return nil, cleanup, fmt.Errorf("--memory: %s is below the minimum of 16MiB", f.memory)
-	}
-	if spec.Limits.CPUs, err = strconv.ParseFloat(f.cpus, 64); err != nil || !(spec.Limits.CPUs >= 0.01 && spec.Limits.CPUs <= 1024) {
-		return nil, cleanup, fmt.Errorf("--cpus: invalid value %q (want a number of cores between 0.01 and 1024)", f.cpus)
-	}
-	if spec.Limits.Pids, err = strconv.ParseInt(f.pids, 10, 64); err != nil || spec.Limits.Pids < 1 || spec.Limits.Pids > 1<<22 {
-		return nil, cleanup, fmt.Errorf("--pids: invalid value %q (want a whole number from 1)", f.pids)
+	disk := box.DefaultLimits.Disk // bounds --file sizes
+	if f.set["disk"] {
+		disk = spec.Limits.Disk
 	}
 	for _, kv := range f.env {
 		if err := box.CheckEnv(kv); err != nil {
@@ -247,7 +282,7 @@ func buildSpec(f *runFlags, pos []string, stdin io.Reader) (*box.Spec, func(), e
 
 	seen := map[string]bool{}
 	for _, fl := range f.files {
-		file, err := openInputFile(fl, spec.Limits.Disk)
+		file, err := openInputFile(fl, disk)
 		if err != nil {
 			return nil, cleanup, fmt.Errorf("--file %s: %w", fl, err)
 		}
@@ -259,6 +294,59 @@ func buildSpec(f *runFlags, pos []string, stdin io.Reader) (*box.Spec, func(), e
 		spec.Files = append(spec.Files, file)
 	}
 	return spec, cleanup, nil
+}
+
+// parseLimits validates every limit flag (so a bad value is an error even when it is
+// the default text) and returns those the user set.
+func parseLimits(f *runFlags) (box.Limits, error) {
+	var l box.Limits
+	timeout, err := config.ParseDuration(f.timeout)
+	if err != nil {
+		return l, fmt.Errorf("--timeout: %w", err)
+	}
+	sizes := map[string]int64{}
+	for _, s := range []struct{ name, val string }{
+		{"memory", f.memory}, {"disk", f.disk}, {"tmp", f.tmp}, {"output-limit", f.output},
+	} {
+		v, err := config.ParseSize(s.val)
+		if err != nil {
+			return l, fmt.Errorf("--%s: %w", s.name, err)
+		}
+		sizes[s.name] = v
+	}
+	if sizes["memory"] < 16<<20 {
+		return l, fmt.Errorf("--memory: %s is below the minimum of 16MiB", f.memory)
+	}
+	cpus, err := strconv.ParseFloat(f.cpus, 64)
+	if err != nil || !(cpus >= 0.01 && cpus <= 1024) {
+		return l, fmt.Errorf("--cpus: invalid value %q (want a number of cores between 0.01 and 1024)", f.cpus)
+	}
+	pids, err := strconv.ParseInt(f.pids, 10, 64)
+	if err != nil || pids < 1 || pids > 1<<22 {
+		return l, fmt.Errorf("--pids: invalid value %q (want a whole number from 1)", f.pids)
+	}
+	if f.set["timeout"] {
+		l.Timeout = timeout
+	}
+	if f.set["memory"] {
+		l.Memory = sizes["memory"]
+	}
+	if f.set["disk"] {
+		l.Disk = sizes["disk"]
+	}
+	if f.set["tmp"] {
+		l.Tmp = sizes["tmp"]
+	}
+	if f.set["output-limit"] {
+		l.Output = sizes["output-limit"]
+	}
+	if f.set["cpus"] {
+		l.CPUs = cpus
+	}
+	if f.set["pids"] {
+		l.Pids = pids
+	}
+	return l, nil
 }
 
 func readCodeFile(path string) ([]byte, error) {

@@ -1,5 +1,3 @@
-// Package config holds moat's settings and their parsing. Today: sizes and durations of
-// the CLI; the YAML config file joins it with the policy issue.
 package config
 
 import (

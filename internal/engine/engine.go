@@ -1,0 +1,335 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moat-sandbox/moat/internal/box"
+	"github.com/moat-sandbox/moat/internal/config"
+	"github.com/moat-sandbox/moat/internal/filter"
+	"github.com/moat-sandbox/moat/internal/policy"
+	"github.com/moat-sandbox/moat/internal/policy/python"
+)
+
+// Paths of the Python policy runner inside the box.
+const (
+	runnerPath = "/.moat/runner.py"
+	policyPath = "/.moat/policy.json"
+)
+
+// Engine runs executions through the pipeline. Build it with New; it is safe for
+// concurrent use.
+type Engine struct {
+	cfg      *config.Config
+	backend  box.Backend
+	log      *slog.Logger
+	redactor *filter.Redactor
+}
+
+// New builds an Engine. environ is moat's own environment: the values of its secret
+// variables (config filter.secret_env) are redacted exactly from every output.
+func New(cfg *config.Config, backend box.Backend, environ []string, log *slog.Logger) (*Engine, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := cfg.CheckFilterNames(ruleNames(filter.DefaultRules()), ruleNames(filter.OptInRules())); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	red, err := buildRedactor(cfg.Filter, environ)
+	if err != nil {
+		return nil, err
+	}
+	return &Engine{cfg: cfg, backend: backend, log: log, redactor: red}, nil
+}
+
+// Request is one execution as a front end asks for it.
+type Request struct {
+	Language string
+	Code     []byte
+	// Profile names the policy profile; empty means the config's default.
+	Profile string
+	// Limits override the profile's and the config's; zero fields are not set.
+	Limits box.Limits
+	Env    []string
+	Files  []box.File
+	// Stdout and Stderr, when set, receive the filtered output live.
+	Stdout, Stderr io.Writer
+}
+
+// Execute runs req through policy, box and filter. A non-nil error is either
+// ErrBadRequest (wrapped) or a failure of moat itself.
+func (e *Engine) Execute(ctx context.Context, req *Request) (*box.Result, error) {
+	lang, err := box.LookupLanguage(req.Language)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if err := box.CheckCode(req.Code); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	name, prof, err := e.profile(req.Profile)
+	if err != nil {
+		return nil, err
+	}
+	lim, err := e.limits(prof, req.Limits)
+	if err != nil {
+		return nil, err
+	}
+	spec := &box.Spec{
+		Language: lang.Name, Code: req.Code, Env: req.Env, Files: req.Files,
+		Limits: lim, Network: "none", Stdout: req.Stdout, Stderr: req.Stderr,
+	}
+
+	// policy
+	switch lang.Name {
+	case "bash":
+		rules := policy.ShellRules{Profile: name, Allow: prof.Shell.Allow, Deny: prof.Shell.Deny}
+		if v := policy.CheckShell(string(req.Code), rules); len(v) > 0 {
+			return blocked(v), nil
+		}
+	case "python":
+		pol := pythonPolicy(name, prof)
+		spec.Interpreter = []string{"/usr/bin/python3", "-u", runnerPath}
+		spec.Support = []box.SupportFile{{Path: runnerPath, Data: python.Runner}, {Path: policyPath, Data: pol.JSON()}}
+		spec.Report = true
+	}
+
+	// box, with the filter on the live streams
+	streams := &streamSet{red: e.redactor}
+	spec.Filter = streams.wrap
+	res, err := e.backend.Run(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+
+	// filter and the runner's report
+	res.Redactions = streams.count()
+	e.applyReport(res)
+	for i, w := range res.Warnings {
+		res.Warnings[i] = filter.SanitizeError(w)
+	}
+	res.Normalize()
+	return res, nil
+}
+
+// profile resolves a profile name (empty: the config's default).
+func (e *Engine) profile(name string) (string, config.Profile, error) {
+	if name == "" {
+		name = e.cfg.Profile
+	}
+	if name == "" {
+		name = "default"
+	}
+	p, err := e.cfg.ResolveProfile(name)
+	if err != nil {
+		return "", config.Profile{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	return name, p, nil
+}
+
+// limits merges, from weakest to strongest: box.DefaultLimits (applied by the
+// backend), the config's limits, the profile's, the request's.
+func (e *Engine) limits(p config.Profile, req box.Limits) (box.Limits, error) {
+	out := box.Limits{}
+	for _, l := range []config.Limits{e.cfg.Limits, p.Limits} {
+		r, err := l.Resolve()
+		if err != nil {
+			return box.Limits{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+		over(&out, box.Limits{Timeout: r.Timeout, Memory: r.Memory, CPUs: r.CPUs, Pids: r.Pids, Disk: r.Disk, Tmp: r.Tmp, Output: r.Output})
+	}
+	over(&out, req)
+	return out, nil
+}
+
+// over copies every set (non-zero) field of b onto a.
+func over(a *box.Limits, b box.Limits) {
+	if b.Timeout != 0 {
+		a.Timeout = b.Timeout
+	}
+	if b.Memory != 0 {
+		a.Memory = b.Memory
+	}
+	if b.CPUs != 0 {
+		a.CPUs = b.CPUs
+	}
+	if b.Pids != 0 {
+		a.Pids = b.Pids
+	}
+	if b.Disk != 0 {
+		a.Disk = b.Disk
+	}
+	if b.Tmp != 0 {
+		a.Tmp = b.Tmp
+	}
+	if b.Output != 0 {
+		a.Output = b.Output
+	}
+	if b.OpenFiles != 0 {
+		a.OpenFiles = b.OpenFiles
+	}
+}
+
+func blocked(v []box.Violation) *box.Result {
+	r := &box.Result{Status: box.StatusBlocked, ExitCode: -1, Violations: v}
+	r.Normalize()
+	return r
+}
+
+// pythonPolicy turns a profile into the runner's policy document.
+func pythonPolicy(name string, p config.Profile) python.Policy {
+	pp := p.Python
+	out := python.Policy{
+		Profile:        name,
+		Mode:           python.Mode(pp.Mode),
+		AllowModules:   pp.AllowModules,
+		DenyModules:    pp.DenyModules,
+		DenyBuiltins:   pp.DenyBuiltins,
+		DenyAttributes: pp.DenyAttributes,
+		FileAccess:     python.FileAccess(pp.FileAccess),
+	}
+	if len(pp.Modules) > 0 {
+		out.Modules = map[string]python.ModuleRule{}
+		for m, r := range pp.Modules {
+			out.Modules[m] = python.ModuleRule{Allow: r.Allow, Deny: r.Deny}
+		}
+	}
+	return out
+}
+
+// streamSet makes one redacting stream per output stream and counts their
+// replacements.
+type streamSet struct {
+	red *filter.Redactor
+	mu  sync.Mutex
+	all []*filter.Stream
+}
+
+func (s *streamSet) wrap(next io.Writer) io.WriteCloser {
+	st := s.red.Stream(next)
+	s.mu.Lock()
+	s.all = append(s.all, st)
+	s.mu.Unlock()
+	return st
+}
+
+func (s *streamSet) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, st := range s.all {
+		n += st.Count()
+	}
+	return n
+}
+
+// buildRedactor assembles the redaction rules of the config and the exact values of
+// moat's secret environment variables.
+func buildRedactor(fc config.Filter, environ []string) (*filter.Redactor, error) {
+	disabled := map[string]bool{}
+	for _, n := range fc.Disable {
+		disabled[n] = true
+	}
+	var rules []filter.Rule
+	for _, r := range filter.DefaultRules() {
+		if !disabled[r.Name] {
+			rules = append(rules, r)
+		}
+	}
+	for _, n := range fc.Enable {
+		r, ok := filter.RuleByName(n)
+		if !ok {
+			return nil, fmt.Errorf("%w: filter.enable: unknown rule %q", ErrBadRequest, n)
+		}
+		rules = append(rules, r)
+	}
+	for _, cr := range fc.Rules {
+		r, err := filter.NewRule(cr.Name, cr.Pattern, cr.MaxLen)
+		if err != nil {
+			return nil, fmt.Errorf("%w: filter.rules: %w", ErrBadRequest, err)
+		}
+		rules = append(rules, r)
+	}
+	return filter.New(rules, secretValues(fc, environ)), nil
+}
+
+func ruleNames(rules []filter.Rule) []string {
+	out := make([]string, len(rules))
+	for i, r := range rules {
+		out[i] = r.Name
+	}
+	return out
+}
+
+// secretValues returns the values of moat's own environment variables that the config
+// calls secret (config.Filter.IsSecretEnv), to be redacted exactly.
+func secretValues(fc config.Filter, environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && v != "" && fc.IsSecretEnv(k) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Environ is the process environment, for New.
+func Environ() []string { return os.Environ() }
+
+// Check reports what the profile would block in req's code without running it: shell
+// scripts are checked here; Python is checked by the runner's static pass in a box
+// (the code itself never starts). It returns the profile's name and the violations.
+func (e *Engine) Check(ctx context.Context, req *Request) (string, []box.Violation, error) {
+	lang, err := box.LookupLanguage(req.Language)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if err := box.CheckCode(req.Code); err != nil {
+		return "", nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	name, prof, err := e.profile(req.Profile)
+	if err != nil {
+		return "", nil, err
+	}
+	if lang.Name == "bash" {
+		return name, policy.CheckShell(string(req.Code), policy.ShellRules{Profile: name, Allow: prof.Shell.Allow, Deny: prof.Shell.Deny}), nil
+	}
+	pol := pythonPolicy(name, prof)
+	spec := &box.Spec{
+		Language: lang.Name, Code: req.Code, Network: "none",
+		Interpreter: []string{"/usr/bin/python3", "-u", runnerPath, "--check-only"},
+		Support:     []box.SupportFile{{Path: runnerPath, Data: python.Runner}, {Path: policyPath, Data: pol.JSON()}},
+		Report:      true,
+		Limits:      box.Limits{Timeout: checkTimeout},
+	}
+	res, err := e.backend.Run(ctx, spec)
+	if err != nil {
+		return "", nil, err
+	}
+	if res.Status != box.StatusOK && res.Status != box.StatusError {
+		return "", nil, fmt.Errorf("policy check did not finish: %s", res.Status)
+	}
+	e.applyReport(res)
+	if res.Status == box.StatusError && len(res.Violations) == 0 {
+		// The code does not parse: the runner printed the SyntaxError.
+		return name, []box.Violation{{Rule: "python.syntax", Detail: lastLine(res.Stderr)}}, nil
+	}
+	return name, res.Violations, nil
+}
+
+// checkTimeout bounds a policy check, which parses but never runs the code.
+const checkTimeout = 10 * time.Second
+
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}

@@ -1,0 +1,65 @@
+// Package python is the policy stage for Python: a runner that the box starts instead
+// of the code, and the policy it enforces.
+//
+// The box is the security boundary. This package is defence in depth and a source of
+// clear, early errors an LLM can act on ("import of 'subprocess' is blocked by profile
+// 'default'; use Python code instead of shell commands"). Every test that proves the
+// host safe must hold with Mode "off"; the tests here prove that the runner refuses
+// what it promises to refuse, and nothing an ordinary data-analysis program does.
+//
+// # Running code
+//
+// The engine places Support(policy, compiled) under /.moat, sets box.Spec.Interpreter
+// to Interpreter(CompiledRunnerPath) (or RunnerPath when it has no compiled runner),
+// asks for a report channel (Spec.Report) and decodes it with ParseReport:
+//
+//	/usr/bin/python3 -u -I /.moat/runner.pyc /.moat/main.py
+//	    reads /.moat/policy.json, writes JSON lines to fd 3:
+//	    {"kind":"violation","rule":"python.import","detail":"...","line":3}
+//	    {"kind":"result","repr":"150.0"}
+//	    exits 77 (ExitViolation) when policy refused the code
+//
+// Compile the runner once per interpreter with CompileRunner: Python compiles a
+// script on every start, and the runner's 1,500 lines cost about 12 ms; compiled, the
+// runner adds about 1-2 ms to a box run (BenchmarkOverhead).
+//
+// # Two layers
+//
+// Static checks run before any of the code does. The code is compiled once; when its
+// names and string constants touch anything the policy names, its AST is walked for
+// imports, denied builtins (by name; identifiers are NFKC-normalised, so ｅｖａｌ is
+// eval), denied attributes (also inside string literals: getattr names, format fields
+// like '{0.__globals__}'), module rules through import aliases (import os as o;
+// o.system), sys.modules['x'], __import__('x') and literal file paths. Any finding
+// stops the run with status 77 before the code starts.
+//
+// Runtime checks are a PEP 578 audit hook (sys.addaudithook) installed just before the
+// code runs: imports, dynamic code (compile, exec, marshal, code and function
+// objects), processes, signals, sockets, ctypes, files, unpickling, sensitive
+// attributes and frames, tracing, gc and audit hooks. A violation is reported and the
+// process ends at once (os._exit(77)), so code cannot catch it and keep probing.
+// runner.py's docstring lists every audit event used.
+//
+// # Origin rule
+//
+// Libraries must keep working: pandas imports subprocess, dataclasses and namedtuple
+// exec generated code, matplotlib runs fc-list. So a frame is library code when its
+// code object's file lies under the interpreter's library directories (or is frozen),
+// and user code otherwise: the program, modules it writes, and code compiled from
+// strings, even by a library (timeit, doctest, code, runpy cannot launder code).
+// Imports and dynamic code are refused when user code asks, or when a library frame
+// only relays a callable (threading's run(), a pandas apply) rather than doing it
+// itself. Processes, network and file writes are refused whoever asks: a violation
+// when the request traces back to user code, a PermissionError when a library asked
+// on its own (matplotlib then finds fonts without fc-list). Unpickling of dangerous
+// globals, files under /.moat, gc and audit hooks are refused whoever asks.
+//
+// # Known limits
+//
+// In-process checks can be bypassed by a determined program: importlib internals
+// reached by computed attribute names load modules without an import event; frames
+// and __globals__ reached through library callbacks raise no event; module rules
+// are enforced at run time only where an audit event exists; native code loaded by an
+// allowed library is not watched; the report channel can be written by the code.
+// None of this is a hole in the box, which is the boundary.
+package python

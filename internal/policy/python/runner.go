@@ -1,0 +1,85 @@
+package python
+
+import (
+	"bytes"
+	"context"
+	_ "embed" // Runner
+	"fmt"
+	"os/exec"
+
+	"github.com/moat-sandbox/moat/internal/box"
+)
+
+// Runner is runner.py, the program the box starts instead of the code.
+//
+//go:embed runner.py
+var Runner []byte
+
+// Paths inside the box, and the runner's exit statuses.
+const (
+	// RunnerPath is where the engine places Runner.
+	RunnerPath = "/.moat/runner.py"
+	// CompiledRunnerPath is where the engine places the output of CompileRunner.
+	CompiledRunnerPath = "/.moat/runner.pyc"
+	// PolicyPath is where the runner reads Policy.JSON.
+	PolicyPath = "/.moat/policy.json"
+
+	// ExitViolation is the runner's exit status when policy refused the code; the
+	// report channel then holds at least one violation (unless the code closed it).
+	ExitViolation = 77
+	// ExitInternal is the runner's exit status when it could not start (bad policy).
+	ExitInternal = 70
+)
+
+// Interpreter returns the argv that starts the runner at runner (RunnerPath or
+// CompiledRunnerPath); the code path is appended by the box (Spec.Interpreter).
+//
+// -I (isolated mode) matters: without it Python reads PYTHON* variables and runs .pth
+// files from the user's site-packages under HOME=/workspace before the runner
+// starts, which is code outside any policy. -u keeps output printed before a kill.
+func Interpreter(runner string) []string {
+	return []string{"/usr/bin/python3", "-u", "-I", runner}
+}
+
+// Support returns the files the engine places under /.moat for a Python run:
+// the runner (compiled too when compiled is not nil) and the policy.
+func Support(p Policy, compiled []byte) []box.SupportFile {
+	files := []box.SupportFile{
+		{Path: RunnerPath, Data: Runner},
+		{Path: PolicyPath, Data: p.JSON()},
+	}
+	if compiled != nil {
+		files = append(files, box.SupportFile{Path: CompiledRunnerPath, Data: compiled})
+	}
+	return files
+}
+
+// compileScript turns runner.py (stdin) into .pyc bytes (stdout): an unchecked
+// hash-based pyc, which Python runs as a script after checking only its magic number.
+const compileScript = `import sys, marshal, importlib.util
+src = sys.stdin.buffer.read()
+code = compile(src, sys.argv[1], 'exec', dont_inherit=True)
+sys.stdout.buffer.write(importlib.util.MAGIC_NUMBER + (1).to_bytes(4, 'little')
+                        + importlib.util.source_hash(src) + marshal.dumps(code))
+`
+
+// CompileRunner compiles Runner with the interpreter python, run on the host, so
+// that boxes start the runner without compiling its 1,500 lines each time (about
+// 12 ms, most of the runner's overhead). The result is only valid for the same
+// Python version inside the box; for the native backend, which runs the host's
+// /usr/bin/python3, it always is. Start the box with
+// Interpreter(CompiledRunnerPath); keep RunnerPath there too for tracebacks.
+func CompileRunner(ctx context.Context, python string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, python, "-I", "-c", compileScript, RunnerPath)
+	cmd.Stdin = bytes.NewReader(Runner)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("compile the python runner with %s: %w: %s", python, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	if len(out) < 16 || out[2] != '\r' || out[3] != '\n' {
+		return nil, fmt.Errorf("compile the python runner with %s: output is not a .pyc", python)
+	}
+	return out, nil
+}

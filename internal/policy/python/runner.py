@@ -1,0 +1,1570 @@
+"""moat's Python runner: the language-level policy for Python code in a moat box.
+
+The engine starts it inside the box as
+
+    /usr/bin/python3 -u -I /.moat/runner.py [--policy FILE] /.moat/main.py [ARGS...]
+
+with the policy at /.moat/policy.json (or FILE) and a report channel on file
+descriptor 3. It is DEFENCE IN DEPTH and a source of clear, early errors. The box
+(namespaces, seccomp, Landlock, cgroups) is the security boundary; nothing here is
+needed to keep the host safe, and a determined program can get past an in-process
+check (see "Known limits").
+
+Two layers
+==========
+
+1. Static checks, before any user code runs. The code is compiled once. If the names
+   and string constants of the compiled code touch anything the policy names (a
+   denied module, builtin or attribute, a module rule, /.moat), the source is parsed
+   with `ast` and walked: imports and from-imports (also `__import__('x')`,
+   `importlib.import_module('x')` and `sys.modules['x']` with literal names), uses of
+   denied builtins (by name, called or not; identifiers are NFKC-normalised by the
+   parser, so `ｅｖａｌ` is `eval`), denied attributes (also inside string literals,
+   which covers getattr/attrgetter names and `'{0.__globals__}'.format(x)` fields,
+   and literal concatenations), module attribute rules through import aliases
+   (`import os as o; o.system`, `from os import system`), and, when file_access is
+   "sandbox", literal writes outside /tmp and /workspace. Any finding is reported and
+   the runner exits 77 without running the code.
+
+2. Runtime checks: a PEP 578 audit hook (sys.addaudithook), installed just before the
+   code runs. A violation is reported and the process ends at once with os._exit(77),
+   so code cannot catch it and keep probing.
+
+Origin rule
+===========
+
+A frame is *library* code when its code object's file name lies under the
+interpreter's own library directories (sys.path entries under sys.base_prefix, taken
+before user code runs; read-only inside the box) or is a frozen module
+("<frozen ...>"). Everything else is *user* code: the program (compiled under its
+own path, /.moat/main.py), modules it writes and imports, and code compiled from
+strings ("<string>", "<timeit-src>", ...), even when a library compiled it. File names cannot be forged:
+compiling under a library file name requires the source to equal that file, code
+objects are built by user code only when dynamic code is allowed, and sourceless
+.pyc files are loaded only from library directories. The runner's own frames are
+user code too, except its error printer (matched by code object identity).
+
+- imports: a denied import is refused when the nearest frame outside importlib is
+  user code, or is library code that neither names the module nor is running a
+  module's initialisation (so a library cannot be used as a trampoline, e.g.
+  `Thread(target=__import__, args=('subprocess',))`). Libraries import what they
+  like.
+- dynamic code (compile, exec, marshal, code/function construction): refused from
+  user code; from library code only when the library frame itself calls
+  exec/eval/compile (dataclasses, namedtuple, typing do; a callback trampoline such
+  as threading's run() does not). Code a library compiles from a string runs as user
+  code, so `timeit`, `doctest`, `code` and `runpy` cannot launder it.
+- processes, network, file writes (sandbox): always refused when the profile denies
+  them. It is a violation when the request came from user code, directly or through
+  the stdlib modules that only carry it out (subprocess, os, pty, multiprocessing,
+  asyncio, socket, urllib, http, pathlib, shutil, threading, ...). When another
+  library asks on its own (matplotlib runs fc-list to find fonts; platform runs
+  uname), the hook raises PermissionError instead, which such libraries handle.
+- ctypes: refused while user code is on the stack, unless an import is in progress
+  in between (numpy loads ctypes when it is imported).
+- pickle.find_class, sys.addaudithook, gc introspection, pdb and files under /.moat:
+  refused whoever asks.
+
+Audit events used (CPython 3.11; see docs.python.org/3.11/library/audit_events.html)
+===================================================================================
+
+import; compile, exec, marshal.loads, marshal.load, code.__new__, function.__new__;
+subprocess.Popen, os.system, os.exec, os.spawn, os.posix_spawn, os.fork, os.forkpty,
+pty.spawn, os.kill, os.killpg, signal.pthread_kill; socket.__new__ (not AF_UNIX),
+socket.connect, socket.bind, socket.sendto, socket.sendmsg, socket.getaddrinfo,
+socket.gethostbyname, socket.gethostbyname_ex, socket.gethostbyaddr,
+socket.getnameinfo, socket.sethostname, urllib.Request, http.client.connect;
+ctypes.dlopen, ctypes.dlsym, ctypes.dlsym/handle, ctypes.call_function, ctypes.cdata,
+ctypes.cdata/buffer, ctypes.addressof, ctypes.string_at, ctypes.wstring_at,
+ctypes.create_string_buffer, ctypes.create_unicode_buffer, ctypes.get_errno,
+ctypes.set_errno, ctypes.set_exception; open, os.remove, os.rmdir, os.mkdir,
+os.rename, os.symlink, os.link, os.truncate, os.chmod, os.chown; pickle.find_class;
+object.__getattr__, object.__setattr__, object.__delattr__ (3.11 raises __getattr__
+for __code__, f_code, tb_frame, gi_frame, gi_code, cr_frame and ag_frame, and
+__setattr__ for function attributes and every attribute of a class);
+sys._getframe, sys._current_frames, sys.settrace, sys.setprofile,
+sys.addaudithook; gc.get_objects, gc.get_referrers, gc.get_referents;
+builtins.breakpoint, pdb.Pdb.
+
+_posixsubprocess.fork_exec raises no event; when the profile denies subprocess the
+runner replaces it with a function that reports a violation (subprocess binds it
+when it is imported, which is after this point).
+
+Self-protection
+===============
+
+The hook and everything it uses are closures built before user code runs: no global
+names (builtins are captured too), so neither monkeypatching builtins, module
+attributes or sys.modules, nor clearing the runner's globals changes its decisions.
+Nothing but the interpreter's hook list refers to it; gc introspection and
+sys.addaudithook are refused. Arguments of events are compared as exact str copies
+so that str subclasses cannot run code inside the hook. User code runs in a fresh
+__main__ module with a copy of builtins without the denied builtins (except
+__import__, which the import statement needs; the static layer refuses its use by
+name). The report descriptor is moved off fd 3 before user code runs; the channel is
+untrusted input for the engine all the same.
+
+Report channel
+==============
+
+One JSON object per line on the report descriptor:
+{"kind":"violation","rule":"python.import","detail":"...","line":3} and
+{"kind":"result","repr":"150.0"} (the repr of a trailing expression that is not None,
+at most 64 KiB, with "truncated":true when cut). Without fd 3 (or with /dev/null
+there) violations go to stderr, prefixed "moat: ".
+
+Exit status: 77 policy violation; 70 the runner could not start (bad policy);
+1 an uncaught exception or syntax error (printed as Python would); SystemExit as
+Python handles it.
+
+Known limits
+============
+
+A program that reaches importlib's internals through an allowed module's attributes
+by computed names can load a module without an import event (and so get a fresh
+_posixsubprocess); callbacks run by a library can read interpreter internals (frames
+from inspect.stack(), __globals__ via a library's getattr) without an audit event;
+module rules are enforced at runtime only where an audit event exists; native code
+loaded by an allowed library is not watched. The box bounds all of these.
+"""
+
+import sys
+import os
+
+_PROTECTED = '/.moat'
+_SANDBOX_DIRS = ('/tmp', '/workspace')
+_WRITE_ANYWHERE = ('/dev/null', '/dev/stdout', '/dev/stderr')
+_EXIT_VIOLATION = 77
+_EXIT_INTERNAL = 70
+_RESULT_CAP = 64 << 10
+_MAX_FINDINGS = 50
+
+# Modules whose code only carries out a request for whoever called them: the origin of
+# a process, network or file event is looked for beyond these (paths relative to the
+# stdlib directory; frozen modules by name).
+_CARRIERS = (
+    'subprocess.py', 'os.py', 'pty.py', 'multiprocessing/', 'concurrent/futures/',
+    'asyncio/', 'threading.py', 'socket.py', 'ssl.py', 'selectors.py', 'urllib/',
+    'http/', 'ftplib.py', 'smtplib.py', 'poplib.py', 'imaplib.py', 'nntplib.py',
+    'telnetlib.py', 'socketserver.py', 'xmlrpc/', 'pathlib.py', 'shutil.py',
+    'tempfile.py', '_pyio.py', 'gzip.py', 'bz2.py', 'lzma.py', 'zipfile.py',
+    'tarfile.py', 'fileinput.py', 'codecs.py', 'io.py', 'pickle.py', 'pdb.py', 'bdb.py',
+)
+_FROZEN_CARRIERS = ('<frozen os>', '<frozen io>', '<frozen codecs>')
+
+# Names a library's own code uses when it starts a process, opens a connection or
+# writes a file itself (rather than calling a callable it was given).
+_PROCESS_API = frozenset((
+    'subprocess', 'Popen', 'call', 'check_call', 'check_output', 'run', 'getoutput',
+    'getstatusoutput', 'system', 'popen', 'fork', 'forkpty', 'spawnv', 'spawnve', 'spawnvp',
+    'spawnvpe', 'spawnl', 'spawnle', 'spawnlp', 'spawnlpe', 'execv', 'execve', 'execvp',
+    'execvpe', 'execl', 'execle', 'execlp', 'execlpe', 'posix_spawn', 'posix_spawnp', 'kill',
+    'killpg', 'pthread_kill', 'create_subprocess_exec', 'create_subprocess_shell',
+))
+_NETWORK_API = frozenset((
+    'socket', 'create_connection', 'connect', 'connect_ex', 'bind', 'sendto', 'sendmsg',
+    'getaddrinfo', 'gethostbyname', 'gethostbyname_ex', 'gethostbyaddr', 'getnameinfo',
+    'urlopen', 'Request', 'request', 'urllib', 'http', 'HTTPConnection', 'HTTPSConnection',
+    'open_connection', 'create_server', 'start_server',
+))
+_FILE_API = frozenset((
+    'open', 'io', 'write', 'mkdir', 'makedirs', 'remove', 'unlink', 'rename', 'replace',
+    'rmdir', 'removedirs', 'symlink', 'link', 'truncate', 'chmod', 'chown', 'touch',
+    'write_text', 'write_bytes', 'copyfile', 'copy', 'copy2', 'copytree', 'move', 'rmtree',
+    'mkstemp', 'mkdtemp', 'NamedTemporaryFile', 'TemporaryFile', 'FileIO', 'save', 'savefig',
+    'Path', 'fspath', 'fsencode',
+))
+
+# What a shell-like or network-like module is for, to end a detail with advice.
+_HINTS = {
+    'subprocess': '; use Python code instead of shell commands',
+    '_posixsubprocess': '; use Python code instead of shell commands',
+    'pty': '; use Python code instead of shell commands',
+    'os': '; use Python code instead of shell commands',
+    'multiprocessing': '; use threads or vectorised numpy/pandas code instead of processes',
+    'socket': ' (the box has no network)',
+    '_socket': ' (the box has no network)',
+    'ssl': ' (the box has no network)',
+    'urllib': ' (the box has no network)',
+    'http': ' (the box has no network)',
+    'requests': ' (the box has no network)',
+    'ctypes': '; native code is not allowed',
+    '_ctypes': '; native code is not allowed',
+    'importlib': '; use a plain import statement',
+}
+
+# Modules never worth unpickling from untrusted data, whatever the profile.
+_PICKLE_DANGER = frozenset((
+    'os', 'posix', 'nt', 'subprocess', '_posixsubprocess', 'sys', 'importlib', 'ctypes',
+    '_ctypes', 'socket', '_socket', 'pty', 'multiprocessing', 'runpy', 'code', 'codeop',
+    'pickle', '_pickle', 'marshal', 'types', 'operator', '_operator', 'shutil',
+    'webbrowser', 'signal', 'pdb', 'timeit', 'doctest', 'gc', 'inspect', 'pydoc',
+    'platform', 'asyncio', 'builtins.eval',
+))
+_PICKLE_BUILTINS = frozenset(('getattr', 'setattr', 'delattr', 'globals', 'locals', 'vars'))
+
+_DYNAMIC = ('eval', 'exec', 'compile')
+
+# The rule reported for module attributes that guard the runner itself.
+_RULE_OF = {
+    ('sys', 'addaudithook'): 'python.hook', ('sys', 'settrace'): 'python.hook',
+    ('sys', 'setprofile'): 'python.hook', ('gc', 'get_objects'): 'python.hook',
+    ('gc', 'get_referrers'): 'python.hook', ('gc', 'get_referents'): 'python.hook',
+    ('sys', '_getframe'): 'python.attribute', ('sys', '_current_frames'): 'python.attribute',
+}
+_BOOTSTRAP = '<frozen importlib._bootstrap'
+
+
+class _Policy:
+    """The policy file, checked and converted to sets."""
+
+    def __init__(self, raw):
+        if type(raw) is not dict:
+            raise ValueError('the policy is not a JSON object')
+
+        def strs(key):
+            v = raw.get(key)
+            if v is None:
+                return frozenset()
+            if type(v) is not list or any(type(x) is not str for x in v):
+                raise ValueError(key + ' is not a list of strings')
+            return frozenset(v)
+
+        self.profile = raw.get('profile') or 'unnamed'
+        self.mode = raw.get('mode') or 'denylist'
+        if type(self.profile) is not str or self.mode not in ('denylist', 'allowlist', 'off'):
+            raise ValueError('profile must be a string and mode one of denylist, allowlist, off')
+        self.allow = strs('allow_modules')
+        self.deny = strs('deny_modules')
+        self.builtins = strs('deny_builtins')
+        self.attrs = strs('deny_attributes')
+        fa = raw.get('file_access') or 'any'
+        if fa not in ('any', 'sandbox'):
+            raise ValueError('file_access must be any or sandbox')
+        self.sandbox = fa == 'sandbox'
+        self.rules = {}
+        mods = raw.get('modules') or {}
+        if type(mods) is not dict:
+            raise ValueError('modules is not an object')
+        for mod, r in mods.items():
+            if type(r) is not dict:
+                raise ValueError('modules.%s is not an object' % mod)
+            allow, deny = r.get('allow'), r.get('deny')
+            if allow is not None and deny is not None:
+                raise ValueError('modules.%s has both allow and deny' % mod)
+            if allow is None and deny is None:
+                continue
+            pats = allow if allow is not None else deny
+            if type(pats) is not list or any(type(x) is not str for x in pats):
+                raise ValueError('modules.%s is not a list of strings' % mod)
+            exact = frozenset(p for p in pats if '*' not in p)
+            prefixes = tuple(p[:-1] for p in pats if p.count('*') == 1 and p.endswith('*'))
+            other = tuple(p for p in pats if '*' in p and not (p.count('*') == 1 and p.endswith('*')))
+            self.rules[mod] = (allow is not None, exact, prefixes, other, tuple(sorted(pats)))
+
+
+def _rule_funcs(p):
+    """Returns module_denied(name) and attr_denied(module, attr) for policy p.
+
+    Both are closures without global names: the audit hook uses them too.
+    Names must be exact str.
+    """
+    allowlist = p.mode == 'allowlist'
+    allow, deny, rules = p.allow, p.deny, p.rules
+    aliases = {'posix': 'os', 'nt': 'os'}
+    rfind, sw, find = str.rfind, str.startswith, str.find
+    _len = len
+
+    def module_denied(name):
+        n = name
+        while True:
+            if allowlist:
+                if n in allow:
+                    return False
+            elif n in deny:
+                return True
+            i = rfind(n, '.')
+            if i < 0:
+                return allowlist and name != '__future__'
+            n = n[:i]
+
+    def glob(pat, s):
+        parts = pat.split('*')
+        if not sw(s, parts[0]):
+            return False
+        i = _len(parts[0])
+        for part in parts[1:-1]:
+            j = find(s, part, i)
+            if j < 0:
+                return False
+            i = j + _len(part)
+        last = parts[-1]
+        return _len(s) - i >= _len(last) and s.endswith(last)
+
+    def attr_denied(module, attr):
+        r = rules.get(aliases.get(module, module))
+        if r is None:
+            return False
+        is_allow, exact, prefixes, other = r[0], r[1], r[2], r[3]
+        hit = attr in exact or sw(attr, prefixes)
+        if not hit:
+            for pat in other:
+                if glob(pat, attr):
+                    hit = True
+                    break
+        return hit != is_allow
+
+    return module_denied, attr_denied
+
+
+# ---------------------------------------------------------------- details
+
+def _hint(module):
+    return _HINTS.get(module.partition('.')[0], '')
+
+
+def _import_detail(p, name):
+    if p.mode == 'allowlist':
+        names = sorted(p.allow)
+        shown = ', '.join(names[:20]) + (', ...' if len(names) > 20 else '')
+        return "import of '%s' is blocked by profile '%s', which allows only: %s" % (name, p.profile, shown)
+    return "import of '%s' is blocked by profile '%s'%s" % (name, p.profile, _hint(name))
+
+
+def _call_detail(p, module, attr, called):
+    verb = 'call of' if called else 'use of'
+    r = p.rules.get({'posix': 'os', 'nt': 'os'}.get(module, module))
+    if r is not None and r[0]:
+        pats = r[4]
+        shown = ', '.join(pats[:20]) + (', ...' if len(pats) > 20 else '')
+        return "%s %s.%s is blocked by profile '%s'; %s allows only: %s" % (verb, module, attr, p.profile, module, shown)
+    hint = ''
+    if module in ('os', 'posix', 'nt') and attr.startswith(('system', 'popen', 'exec', 'spawn', 'fork', 'posix_spawn')):
+        hint = '; use Python code instead of shell commands'
+    elif attr.startswith('kill'):
+        hint = '; processes in the box are managed by moat'
+    elif module == 'sys' or module == 'gc':
+        hint = "; it would expose moat's runtime checks"
+    return "%s %s.%s is blocked by profile '%s'%s" % (verb, module, attr, p.profile, hint)
+
+
+def _builtin_detail(p, name, called):
+    hints = {
+        'eval': '; write the code directly instead of building it as a string',
+        'exec': '; write the code directly instead of building it as a string',
+        'compile': '; write the code directly instead of building it as a string',
+        '__import__': '; use an import statement',
+        'breakpoint': '; there is no debugger in the box',
+        '__builtins__': '; call builtins by name',
+    }
+    what = ('call of %s()' if called else 'use of %s') % name
+    return "%s is blocked by profile '%s'%s" % (what, p.profile, hints.get(name, ''))
+
+
+def _attr_detail(p, name):
+    return ("access to attribute '%s' is blocked by profile '%s'; "
+            "introspection of interpreter internals is not allowed" % (name, p.profile))
+
+
+def _exec_detail(p, what):
+    return ("dynamic code execution (%s) is blocked by profile '%s'; "
+            "write the code directly instead of building it at run time" % (what, p.profile))
+
+
+def _write_detail(p, path):
+    return "writing '%s' is blocked by profile '%s'; write under /workspace or /tmp" % (path, p.profile)
+
+
+def _protected_detail(path):
+    return "access to '%s' is blocked: files under /.moat belong to moat" % path
+
+
+# ---------------------------------------------------------------- static checks
+
+def _interesting(p, module_denied, code_objects):
+    """Reports whether the compiled code touches anything the policy names, so that
+    the source needs the full AST walk (about 5-10 ms). A cheap superset of what
+    _check reports: names and string constants of all code objects."""
+    if p.mode == 'allowlist' or p.sandbox:
+        return True
+    code_type = type(code_objects[0])
+    names, consts, todo = set(), [], list(code_objects)
+    loaded = set()  # denied builtins loaded as globals, not only attributes (re.compile)
+    while todo:
+        co = todo.pop()
+        names.update(co.co_names)
+        for b in p.builtins.intersection(co.co_names):
+            if _loads_global(co, b):
+                loaded.add(b)
+        stack = list(co.co_consts)
+        while stack:
+            c = stack.pop()
+            t = type(c)
+            if t is str:
+                consts.append(c)
+            elif t is code_type:
+                todo.append(c)
+            elif t is tuple or t is frozenset:
+                stack.extend(c)
+    if loaded or not names.isdisjoint(p.attrs | {'__builtins__', 'builtins', 'modules'}):
+        return True
+    for n in names:
+        if module_denied(n) or module_denied(n.partition('.')[0]):
+            return True
+    const_set = set(consts)
+    words, prefixes = set(p.builtins), []
+    for mod, r in p.rules.items():
+        present = mod in names or mod in const_set or (mod == 'os' and ('posix' in names or 'nt' in names))
+        if not present:
+            continue
+        if r[0] or r[3]:
+            return True  # allow rules and general globs: walk
+        words.update(r[1])
+        prefixes.extend(r[2])
+    prefixes = tuple(prefixes)
+    for n in names:
+        if n in words and n not in p.builtins or (prefixes and n.startswith(prefixes)):
+            return True
+    blob = '\n'.join(consts)
+    for w in p.attrs:
+        if w in blob:
+            return True
+    if _PROTECTED in blob:
+        return True
+    for c in const_set:
+        if c in words or (prefixes and c.startswith(prefixes)) or module_denied(c):
+            return True
+    return False
+
+
+# CPython 3.11 opcodes (checked by a test against the opcode module).
+_LOAD_NAME, _LOAD_GLOBAL = 101, 116
+
+
+def _loads_global(co, name):
+    """Reports whether co loads name as a global or builtin, not only as an attribute.
+    Conservative (True) when unsure."""
+    if sys.version_info[:2] != (3, 11):
+        return True
+    k = co.co_names.index(name)
+    if k > 127:
+        return True  # an EXTENDED_ARG would precede the load
+    code = co.co_code
+    for pat in (bytes((_LOAD_NAME, k)), bytes((_LOAD_GLOBAL, 2 * k)), bytes((_LOAD_GLOBAL, 2 * k + 1))):
+        i = code.find(pat)
+        while i >= 0:
+            if i % 2 == 0:
+                return True
+            i = code.find(pat, i + 1)
+    return False
+
+
+def _word_in(word, s):
+    """Reports whether word occurs in s as a whole identifier."""
+    i = s.find(word)
+    while i >= 0:
+        before = s[i - 1] if i else ' '
+        j = i + len(word)
+        after = s[j] if j < len(s) else ' '
+        if not (before.isalnum() or before == '_') and not (after.isalnum() or after == '_'):
+            return True
+        i = s.find(word, i + 1)
+    return False
+
+
+def _check(p, src, filename, module_denied, attr_denied):
+    """Walks the AST of src and returns findings [(rule, detail, line)]."""
+    import _ast as A
+    tree = compile(src, filename, 'exec', A.PyCF_ONLY_AST, dont_inherit=True)
+
+    # Pass 1: flatten, mark called expressions, record import aliases and user definitions.
+    nodes = []
+    stack = [tree]
+    AST = A.AST
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        for f in node._fields:
+            v = getattr(node, f, None)
+            if type(v) is list:
+                for x in v:
+                    if isinstance(x, AST):
+                        stack.append(x)
+            elif isinstance(v, AST):
+                stack.append(v)
+    nodes.reverse()
+
+    aliases = {'__builtins__': 'builtins'}
+    defined = set()
+    for n in nodes:
+        t = type(n)
+        if t is A.Call:
+            n.func._moat_called = True
+        elif t is A.Import:
+            for a in n.names:
+                if a.asname:
+                    aliases[a.asname] = a.name
+                    defined.add(a.asname)
+                else:
+                    top = a.name.partition('.')[0]
+                    aliases[top] = top
+                    defined.add(top)
+        elif t is A.ImportFrom and n.module and not n.level:
+            for a in n.names:
+                if a.name != '*':
+                    local = a.asname or a.name
+                    aliases[local] = n.module + '.' + a.name
+                    if n.module != 'builtins':
+                        defined.add(local)
+        elif t in (A.FunctionDef, A.AsyncFunctionDef, A.ClassDef):
+            defined.add(n.name)
+    for _ in range(2):  # o = os; p = o
+        for n in nodes:
+            if type(n) is A.Assign and type(n.value) is A.Name and n.value.id in aliases:
+                for tgt in n.targets:
+                    if type(tgt) is A.Name:
+                        aliases[tgt.id] = aliases[n.value.id]
+
+    found = []
+    seen = set()
+
+    def add(rule, detail, node):
+        line = getattr(node, 'lineno', 0) or 0
+        key = (rule, detail, line)
+        if key not in seen and len(found) < _MAX_FINDINGS:
+            seen.add(key)
+            found.append(key)
+
+    def literal(node):
+        """The value of a string literal or of a concatenation of literals, else None."""
+        t = type(node)
+        if t is A.Constant and type(node.value) is str:
+            return node.value
+        if t is A.BinOp and type(node.op) is A.Add:
+            a, b = literal(node.left), literal(node.right)
+            if a is not None and b is not None:
+                return a + b
+        if t is A.JoinedStr and all(type(v) is A.Constant for v in node.values):
+            return ''.join(v.value for v in node.values)
+        return None
+
+    def dotted(node):
+        """The dotted name a Name/Attribute chain refers to, resolved through import
+        aliases ('o.system' -> 'os.system'), or None when its base is not a module."""
+        parts = []
+        while type(node) is A.Attribute:
+            parts.append(node.attr)
+            node = node.value
+        t = type(node)
+        if t is A.Name:
+            base = aliases.get(node.id)
+        elif t is A.Subscript and dotted(node.value) == 'sys.modules':
+            base = literal(node.slice)
+        elif t is A.Call and type(node.func) is A.Name and node.func.id in ('__import__',) and node.args:
+            base = literal(node.args[0])
+        else:
+            base = None
+        if base is None:
+            return None
+        parts.append(base)
+        parts.reverse()
+        return '.'.join(parts)
+
+    def check_module(name, node):
+        if module_denied(name):
+            add('python.import', _import_detail(p, name), node)
+            return True
+        return False
+
+    def check_attr_of(module, attr, node, called):
+        """module.attr where module is a dotted module name."""
+        if module == 'builtins' and attr in p.builtins:
+            add('python.builtin', _builtin_detail(p, attr, called), node)
+        elif attr_denied(module, attr):
+            add(_RULE_OF.get((module, attr), 'python.call'), _call_detail(p, module, attr, called), node)
+        elif p.mode == 'denylist' and module_denied(module + '.' + attr) and not module_denied(module):
+            add('python.import', _import_detail(p, module + '.' + attr), node)
+
+    def check_string(s, node):
+        for w in p.attrs:
+            if w in s and _word_in(w, s):
+                add('python.attribute', _attr_detail(p, w), node)
+        if _PROTECTED in s and (s == _PROTECTED or s.startswith(_PROTECTED + '/') or _PROTECTED + '/' in s):
+            add('python.file', _protected_detail(s), node)
+
+    def check_path(path, write, node):
+        if path is None:
+            return
+        if path == _PROTECTED or path.startswith(_PROTECTED + '/'):
+            add('python.file', _protected_detail(path), node)
+            return
+        if write and p.sandbox:
+            full = path if path.startswith('/') else os.path.join(os.getcwd(), path)
+            full = os.path.normpath(full)
+            if full in _WRITE_ANYWHERE:
+                return
+            if not any(full == d or full.startswith(d + '/') for d in _SANDBOX_DIRS):
+                add('python.file', _write_detail(p, path), node)
+
+    def is_write_mode(mode):
+        return mode is not None and any(c in mode for c in 'wax+')
+
+    def arg(call, i, kw):
+        if len(call.args) > i:
+            return call.args[i]
+        for k in call.keywords:
+            if k.arg == kw:
+                return k.value
+        return None
+
+    pathlib_write = {'write_text', 'write_bytes', 'touch', 'mkdir', 'unlink', 'rmdir',
+                     'symlink_to', 'hardlink_to', 'rename', 'replace', 'chmod', 'open'}
+    deny_top = {m.partition('.')[0] for m in p.deny} if p.mode == 'denylist' else set()
+
+    for n in nodes:
+        t = type(n)
+        called = getattr(n, '_moat_called', False)
+        if t is A.Import:
+            for a in n.names:
+                check_module(a.name, a)
+        elif t is A.ImportFrom:
+            mod = n.module or ''
+            if mod and check_module(mod, n):
+                continue
+            for a in n.names:
+                if a.name == '*':
+                    r = p.rules.get({'posix': 'os', 'nt': 'os'}.get(mod, mod))
+                    if r is not None and r[0]:
+                        add('python.call', "'from %s import *' is blocked by profile '%s'; import the names you need" % (mod, p.profile), n)
+                    continue
+                if mod:
+                    check_attr_of(mod, a.name, a, False)
+                    if mod != 'builtins' and not attr_denied(mod, a.name):
+                        check_module(mod + '.' + a.name, a)
+                else:
+                    check_module(a.name, a)
+        elif t is A.Name:
+            if n.id in p.builtins and n.id not in defined:
+                add('python.builtin', _builtin_detail(p, n.id, called), n)
+            elif n.id == '__builtins__' and p.builtins:
+                add('python.builtin', _builtin_detail(p, '__builtins__', False), n)
+            elif n.id in p.attrs:
+                add('python.attribute', _attr_detail(p, n.id), n)
+        elif t is A.Attribute:
+            if n.attr in p.attrs:
+                add('python.attribute', _attr_detail(p, n.attr), n)
+                continue
+            base = dotted(n.value)
+            if base is not None:
+                check_attr_of(base, n.attr, n, called)
+            elif n.attr in deny_top:
+                add('python.import', _import_detail(p, n.attr), n)
+        elif t is A.Subscript:
+            key = literal(n.slice)
+            if key is None:
+                continue
+            if dotted(n.value) == 'sys.modules':
+                check_module(key, n)
+            elif key in p.builtins:
+                v = n.value
+                holder = (type(v) is A.Call and type(v.func) is A.Name and v.func.id in ('vars', 'globals', 'locals')) \
+                    or (type(v) is A.Attribute and v.attr == '__dict__') \
+                    or dotted(v) == 'builtins'
+                if holder:
+                    add('python.builtin', _builtin_detail(p, key, False), n)
+        elif t is A.Call:
+            f = n.func
+            fname = f.id if type(f) is A.Name and f.id not in defined else None
+            full = dotted(f)
+            if fname in ('getattr', 'setattr', 'delattr', 'hasattr') and len(n.args) >= 2:
+                name = literal(n.args[1])
+                base = dotted(n.args[0])
+                if name is not None and base is not None:
+                    check_attr_of(base, name, n, False)
+            elif fname == '__import__' or full in ('importlib.import_module', 'builtins.__import__'):
+                name = literal(n.args[0]) if n.args else None
+                if name is not None:
+                    check_module(name, n)
+            elif fname == 'open' or full in ('io.open', 'builtins.open', 'codecs.open', 'os.open'):
+                path = literal(arg(n, 0, 'file' if full != 'os.open' else 'path'))
+                if full == 'os.open':
+                    write = True  # flags are rarely literal; be conservative for literal paths
+                else:
+                    mode_node = arg(n, 1, 'mode')
+                    write = is_write_mode(literal(mode_node) if mode_node is not None else 'r')
+                check_path(path, write, n)
+            elif type(f) is A.Attribute and f.attr in pathlib_write and type(f.value) is A.Call:
+                inner = f.value
+                ifull = dotted(inner.func)
+                iname = inner.func.id if type(inner.func) is A.Name else None
+                if (ifull and ifull.startswith('pathlib.')) or iname in ('Path', 'PurePath', 'PosixPath'):
+                    path = literal(inner.args[0]) if inner.args else None
+                    if f.attr == 'open':
+                        mode_node = arg(n, 0, 'mode')
+                        write = is_write_mode(literal(mode_node) if mode_node is not None else 'r')
+                    else:
+                        write = True
+                    check_path(path, write, n)
+                    if not write and path is not None:
+                        check_path(path, False, n)
+        elif t is A.Constant:
+            if type(n.value) is str:
+                check_string(n.value, n)
+        elif t is A.BinOp:
+            s = literal(n)
+            if s is not None:
+                check_string(s, n)
+        elif t is A.MatchClass:
+            for name in n.kwd_attrs:
+                if name in p.attrs:
+                    add('python.attribute', _attr_detail(p, name), n)
+    return found
+
+
+# ---------------------------------------------------------------- runtime checks
+
+def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, trusted_dirs,
+               protected, stdlib, trusted_codes):
+    """Returns the audit hook. Everything it uses is bound here, as closure variables:
+    the hook and its helpers use no global names (a test checks the bytecode)."""
+    # Builtins and functions captured now, before user code can replace anything.
+    _type, _str, _bytes, _int, _list, _tuple = type, str, bytes, int, list, tuple
+    _isinstance, _len, _OSError, _PermissionError = isinstance, len, OSError, PermissionError
+    _sw, _ew, _rfind, _split, _join = str.startswith, str.endswith, str.rfind, str.split, str.join
+    _as_str, _eq, _decode, _encode = str.__str__, str.__eq__, bytes.decode, str.encode
+    _getframe, _exit = sys._getframe, os._exit
+    _getcwd, _lstat, _readlink = os.getcwd, os.lstat, os.readlink
+    _osopen, _osread, _osclose = os.open, os.read, os.close
+    import _thread
+    _ident = _thread.get_ident
+    _wflags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    _rdonly = os.O_RDONLY | getattr(os, 'O_CLOEXEC', 0)
+
+    profile = p.profile
+    attrs = p.attrs
+    sandbox = p.sandbox
+    dynamic_denied = not p.builtins.isdisjoint(_DYNAMIC)
+    trusted_pre = tuple(d + '/' for d in trusted_dirs) + ('<frozen ',)
+    trusted_dirs_pre = tuple(d + '/' for d in trusted_dirs)
+    carriers = tuple(stdlib + '/' + c for c in _CARRIERS) + _FROZEN_CARRIERS
+    sandbox_dirs = _SANDBOX_DIRS
+    write_anywhere = _WRITE_ANYWHERE
+    t0, t1 = trusted_codes
+    c0 = allowed_codes[0]
+    c1 = allowed_codes[1] if _len(allowed_codes) > 1 else allowed_codes[0]
+    busy = set()
+    busy_add, busy_discard = busy.add, busy.discard
+    pickle_danger, pickle_builtins = _PICKLE_DANGER, _PICKLE_BUILTINS | p.builtins
+    denied_builtins = p.builtins
+    user_name = user_file
+    allowlist = p.mode == 'allowlist'
+    allow_sorted = sorted(p.allow)
+    hints = dict(_HINTS)
+    process_api, network_api, file_api = _PROCESS_API, _NETWORK_API, _FILE_API
+    pdb_api = frozenset(('Pdb', 'pdb', 'set_trace', 'post_mortem', 'pm', 'runcall', 'runeval', 'runctx'))
+
+    # ---- helpers for frames. enter() must be called directly by a handler, which
+    # ---- must be called directly by hook(): the event's frame is 3 levels up.
+
+    def enter():
+        i = _ident()
+        busy_add(i)
+        return _getframe(3), i
+
+    def trusted(co):
+        return co is t0 or co is t1 or _sw(co.co_filename, trusted_pre)
+
+    def user_line(f):
+        while f is not None:
+            co = f.f_code
+            if _eq(user_name, co.co_filename) is True:
+                return f.f_lineno
+            f = f.f_back
+        return 0
+
+    def violate(rule, detail, f):
+        busy_add(_ident())  # no more checks in this thread: we are leaving
+        emit('violation', rule, detail, user_line(f))
+        _exit(77)
+
+    def nearest(f):
+        """The first frame that is not importlib's _call_with_frames_removed trampoline."""
+        while f is not None:
+            co = f.f_code
+            if _sw(co.co_filename, '<frozen importlib._bootstrap') and co.co_name == '_call_with_frames_removed':
+                f = f.f_back
+                continue
+            return f
+        return None
+
+    def from_user(f):
+        """Reports whether the nearest frame (past trampolines) is user code."""
+        f = nearest(f)
+        return f is None or not trusted(f.f_code)
+
+    def asked_by_user(f, api):
+        """For processes, network and files: reports whether the request came from user
+        code, directly or through modules that only carry it out (_CARRIERS). A
+        library asked on its own only if its frame names the API (api): otherwise it
+        is relaying a callable the program gave it (pandas' apply(os.system))."""
+        while f is not None:
+            co = f.f_code
+            fn = co.co_filename
+            if _sw(fn, '<frozen importlib._bootstrap'):
+                f = f.f_back
+                continue
+            if not trusted(co):
+                return True
+            if not _sw(fn, carriers):
+                return api.isdisjoint(co.co_names)
+            f = f.f_back
+        return True
+
+    def exact(x):
+        """x as an exact str (a copy of a str subclass, without calling its methods),
+        bytes decoded, else None."""
+        t = _type(x)
+        if t is _str:
+            return x
+        if t is _bytes:
+            return _decode(x, 'utf-8', 'surrogateescape')
+        if _isinstance(x, _str):
+            return _as_str(x)
+        if _isinstance(x, _bytes):
+            return _decode(_bytes(x), 'utf-8', 'surrogateescape')
+        return None
+
+    def show(x):
+        s = exact(x)
+        if s is None:
+            t = _type(x)
+            if t is _list or t is _tuple:
+                parts = []
+                for e in x[:8]:
+                    parts.append(show(e))
+                s = _join(' ', parts)
+            elif t is _int:
+                s = _int.__repr__(x)
+            else:
+                s = '...'
+        if _len(s) > 80:
+            s = s[:77] + '...'
+        return s
+
+    # ---- paths (no os.path: its module globals are user-replaceable)
+
+    def norm(path):
+        """path as an absolute, normalised str (links not resolved); None for fds."""
+        s = exact(path)
+        if s is None:
+            return None
+        if not _sw(s, '/'):
+            s = _getcwd() + '/' + s
+        parts = []
+        for c in _split(s, '/'):
+            if c == '' or c == '.':
+                continue
+            if c == '..':
+                if parts:
+                    parts.pop()
+                continue
+            parts.append(c)
+        return '/' + _join('/', parts)
+
+    def real(path):
+        """path (normalised, absolute) with symbolic links resolved."""
+        rest = _split(path, '/')
+        done = ''
+        hops = 0
+        while rest:
+            c = rest.pop(0)
+            if c == '' or c == '.':
+                continue
+            if c == '..':
+                done = done[:_rfind(done, '/')] if done else ''
+                continue
+            cand = done + '/' + c
+            try:
+                st = _lstat(cand)
+            except _OSError:
+                rest.insert(0, cand)
+                return norm(_join('/', rest))
+            if st.st_mode & 0o170000 == 0o120000:
+                hops += 1
+                if hops > 40:
+                    return cand
+                target = _readlink(cand)
+                if _sw(target, '/'):
+                    done = ''
+                rest = _split(target, '/') + rest
+                continue
+            done = cand
+        return done or '/'
+
+    def under(path, dirs):
+        for d in dirs:
+            if path == d or _sw(path, d + '/'):
+                return True
+        return False
+
+    def check_path(p, write):
+        """Refuses a use of the normalised path p: always under /.moat, and writes
+        outside the sandbox directories when file_access is sandbox."""
+        r = real(p)
+        if (under(p, protected) or under(r, protected)) and (write or (p != user_name and r != user_name)):
+            e, i = enter2()
+            busy_discard(i)
+            violate('python.file', "access to '%s' is blocked: files under /.moat belong to moat" % p, e)
+        if write and sandbox and p not in write_anywhere and not under(r, sandbox_dirs):
+            e, i = enter2()
+            try:
+                user = asked_by_user(e, file_api)
+            finally:
+                busy_discard(i)
+            detail = "writing '%s' is blocked by profile '%s'; write under /workspace or /tmp" % (p, profile)
+            if user:
+                violate('python.file', detail, e)
+            raise _PermissionError(1, 'moat: ' + detail)
+
+    def enter2():
+        """enter() for helpers one level below a handler."""
+        i = _ident()
+        busy_add(i)
+        return _getframe(4), i
+
+    def import_detail(name):
+        if allowlist:
+            shown = _join(', ', allow_sorted[:20]) + (', ...' if _len(allow_sorted) > 20 else '')
+            return "import of '%s' is blocked by profile '%s', which allows only: %s" % (name, profile, shown)
+        return "import of '%s' is blocked by profile '%s'%s" % (name, profile, hints.get(name.partition('.')[0], ''))
+
+    def dynamic_verdict(e):
+        """Dynamic code is refused unless the nearest frame is library code that itself
+        calls exec, eval or compile (not a callback trampoline)."""
+        f = nearest(e)
+        if f is None or not trusted(f.f_code):
+            return True
+        co = f.f_code
+        if _sw(co.co_filename, '<frozen importlib._bootstrap') and (
+                co.co_name == 'exec_module' or co.co_name == 'create_module'):
+            return False  # an extension module's initialisation (Cython runs exec there)
+        if co.co_name == '<module>':
+            return False  # a library's module body (six binds exec to another name)
+        names = co.co_names
+        return not ('exec' in names or 'eval' in names or 'compile' in names)
+
+    # ---- handlers: called by hook() only, as handler(event, args)
+
+    def on_import(event, args):
+        name = exact(args[0])
+        if name is None or not module_denied(name):
+            return
+        e, i = enter()
+        try:
+            f, init = e, False
+            while f is not None:
+                co = f.f_code
+                if _sw(co.co_filename, '<frozen importlib._bootstrap'):
+                    if co.co_name == 'exec_module' or co.co_name == 'create_module':
+                        init = True
+                    f = f.f_back
+                    continue
+                break
+            if f is None or not trusted(f.f_code):
+                bad = True
+            elif init:
+                bad = False
+            else:
+                names = f.f_code.co_names
+                last = name[_rfind(name, '.') + 1:]
+                bad = not (name in names or last in names or '__import__' in names or 'import_module' in names)
+                if bad:
+                    for n in names:
+                        if '.' in n and _ew(name, '.' + n):
+                            bad = False
+                            break
+        finally:
+            busy_discard(i)
+        if bad:
+            violate('python.import', import_detail(name), e)
+
+    def on_exec(event, args):
+        co = args[0]
+        if co is c0 or co is c1:
+            return
+        e, i = enter()
+        try:
+            bad = dynamic_verdict(e)
+        finally:
+            busy_discard(i)
+        if bad:
+            violate('python.exec', "dynamic code execution (exec) is blocked by profile '%s'; "
+                    "write the code directly instead of building it at run time" % profile, e)
+
+    def on_compile(event, args):
+        fn = exact(args[1]) if _len(args) > 1 else None
+        forged = fn is not None and _sw(fn, trusted_pre) and not same_source(fn, args[0])
+        if not forged and not dynamic_denied:
+            return
+        e, i = enter()
+        try:
+            bad = forged or dynamic_verdict(e)
+        finally:
+            busy_discard(i)
+        if forged:
+            violate('python.exec', "compiling code under the name of a library file (%s) is blocked "
+                    "by profile '%s'" % (show(fn), profile), e)
+        if bad:
+            violate('python.exec', "dynamic code execution (compile) is blocked by profile '%s'; "
+                    "write the code directly instead of building it at run time" % profile, e)
+
+    def same_source(fn, source):
+        """Reports whether source is the content of the library file fn."""
+        if _sw(fn, '<frozen '):
+            return False
+        if _type(source) is _str:
+            source = _encode(source, 'utf-8', 'surrogateescape')
+        if _type(source) is not _bytes:
+            return False
+        try:
+            fd = _osopen(fn, _rdonly)
+        except _OSError:
+            return False
+        try:
+            chunks = []
+            while True:
+                b = _osread(fd, 1 << 20)
+                if not b:
+                    break
+                chunks.append(b)
+        finally:
+            _osclose(fd)
+        return b''.join(chunks) == source
+
+    def on_marshal(event, args):
+        e, i = enter()
+        try:
+            if e is None or not trusted(e.f_code):
+                bad = dynamic_denied
+            else:
+                co = e.f_code
+                fn = co.co_filename
+                if fn == '<frozen importlib._bootstrap_external>' and co.co_name == '_compile_bytecode':
+                    loc = e.f_locals
+                    bad = loc.get('source_path') is None and not lib_path(loc.get('bytecode_path'))
+                elif fn == '<frozen zipimport>' and co.co_name == '_unmarshal_code':
+                    bad = not lib_path(e.f_locals.get('pathname'))
+                else:
+                    bad = False
+        finally:
+            busy_discard(i)
+        if bad:
+            violate('python.exec', "loading compiled code (%s) is blocked by profile '%s'; "
+                    "import modules from source" % (event, profile), e)
+
+    def lib_path(x):
+        s = exact(x)
+        return s is not None and _sw(s, trusted_dirs_pre)
+
+    def on_new_code(event, args):
+        fn = exact(args[1]) if event == 'code.__new__' and _len(args) > 1 else None
+        e, i = enter()
+        try:
+            user = from_user(e)
+        finally:
+            busy_discard(i)
+        if user and (dynamic_denied or (fn is not None and _sw(fn, trusted_pre))):
+            violate('python.exec', "building code or function objects (%s) is blocked by profile '%s'; "
+                    "define functions with def or lambda" % (event, profile), e)
+
+    def on_process(event, args):
+        what = show(args[0]) if args else ''
+        if event == 'subprocess.Popen' and _len(args) > 1 and args[1] is not None:
+            what = show(args[1])
+        e, i = enter()
+        try:
+            user = asked_by_user(e, process_api)
+        finally:
+            busy_discard(i)
+        if event == 'os.kill' or event == 'os.killpg' or event == 'signal.pthread_kill':
+            detail = ("sending a signal (%s) is blocked by profile '%s'; processes in the box are "
+                      "managed by moat" % (event, profile))
+        else:
+            detail = ("starting a process (%s %s) is blocked by profile '%s'; use Python code instead "
+                      "of shell commands" % (event, what, profile))
+        if user:
+            violate('python.process', detail, e)
+        raise _PermissionError(1, 'moat: ' + detail)
+
+    def on_network(event, args):
+        if event == 'socket.__new__' and _len(args) > 1 and args[1] == 1:  # AF_UNIX: socketpair, asyncio
+            return
+        what = ''
+        if event != 'socket.__new__' and _len(args) > 1:
+            what = ' ' + show(args[1])
+        e, i = enter()
+        try:
+            user = asked_by_user(e, network_api)
+        finally:
+            busy_discard(i)
+        detail = "network access (%s%s) is blocked by profile '%s' (the box has no network)" % (event, what, profile)
+        if user:
+            violate('python.network', detail, e)
+        raise _PermissionError(1, 'moat: ' + detail)
+
+    def on_ctypes(event, args):
+        e, i = enter()
+        try:
+            user, f = True, e
+            while f is not None:
+                co = f.f_code
+                if _sw(co.co_filename, '<frozen importlib._bootstrap'):
+                    user = False
+                    break
+                if not trusted(co):
+                    break
+                f = f.f_back
+        finally:
+            busy_discard(i)
+        if user:
+            violate('python.ctypes', "ctypes (%s) is blocked by profile '%s'; native code is not allowed"
+                    % (event, profile), e)
+
+    def on_open(event, args):
+        p = norm(args[0])
+        if p is None:
+            return
+        mode = exact(args[1]) if _len(args) > 1 else None
+        if mode is not None:
+            write = 'w' in mode or 'a' in mode or 'x' in mode or '+' in mode
+        else:
+            flags = args[2] if _len(args) > 2 else 0
+            write = _type(flags) is _int and (flags & _wflags) != 0
+        if not write and _sw(p, '/usr/'):
+            return  # library files: read-only in the box, no links to /.moat
+        check_path(p, write)
+
+    def on_fs(event, args):
+        if event == 'os.rename' or event == 'os.link':
+            paths = (args[0], args[1])
+        elif event == 'os.symlink':
+            paths = (args[1],)
+        else:
+            paths = (args[0],)
+        for path in paths:
+            p = norm(path)
+            if p is not None:
+                check_path(p, True)
+
+    def on_pickle(event, args):
+        mod, name = exact(args[0]), exact(args[1])
+        if mod is None or name is None:
+            return
+        bad, top = False, mod
+        while True:
+            if top in pickle_danger or (not allowlist and module_denied(top)):
+                bad = True
+                break
+            j = _rfind(top, '.')
+            if j < 0:
+                break
+            top = top[:j]
+        if not bad:
+            bad = attr_denied(mod, name) or (mod == 'builtins' and name in pickle_builtins)
+        if bad:
+            e, i = enter()
+            busy_discard(i)
+            violate('python.pickle', "unpickling %s.%s is blocked by profile '%s'; only unpickle plain data"
+                    % (show(mod), show(name), profile), e)
+
+    def on_attr(event, args):
+        name = args[1] if _len(args) > 1 else None
+        if _type(name) is not _str:
+            name = exact(name)
+            if name is None:
+                return
+        if name not in attrs:
+            return
+        e, i = enter()
+        try:
+            user = from_user(e)
+        finally:
+            busy_discard(i)
+        if user:
+            violate('python.attribute', "access to attribute '%s' is blocked by profile '%s'; "
+                    "introspection of interpreter internals is not allowed" % (name, profile), e)
+
+    def on_frames(event, args):
+        e, i = enter()
+        try:
+            user = from_user(e)
+        finally:
+            busy_discard(i)
+        if user:
+            violate('python.attribute', "access to stack frames (%s) is blocked by profile '%s'; "
+                    "introspection of interpreter internals is not allowed" % (event, profile), e)
+
+    def on_tracing(event, args):
+        e, i = enter()
+        try:
+            user = from_user(e)
+        finally:
+            busy_discard(i)
+        if user:
+            violate('python.hook', "%s is blocked by profile '%s'; tracing hooks would observe moat's "
+                    "runtime checks" % (event, profile), e)
+
+    def on_hook(event, args):
+        e, i = enter()
+        busy_discard(i)
+        violate('python.hook', "%s is blocked by profile '%s'; moat's runtime checks cannot be "
+                "replaced or inspected" % (event, profile), e)
+
+    def on_breakpoint(event, args):
+        e, i = enter()
+        try:
+            if event == 'pdb.Pdb':  # pdb.set_trace() and friends are the program's; doctest's is not
+                user = asked_by_user(e, pdb_api)
+            else:
+                user = from_user(e)
+        finally:
+            busy_discard(i)
+        if user:
+            violate('python.builtin', "the debugger (%s) is blocked by profile '%s'; there is no "
+                    "debugger in the box" % (event, profile), e)
+
+    # ---- the table: only events the profile denies get a handler
+
+    table = {}
+    if p.mode == 'allowlist' or p.deny:
+        table['import'] = on_import
+    if dynamic_denied:
+        table['exec'] = on_exec
+        table['function.__new__'] = on_new_code
+    table['compile'] = on_compile
+    table['code.__new__'] = on_new_code
+    table['marshal.loads'] = on_marshal
+    table['marshal.load'] = on_marshal
+    process = {
+        'os.system': ('os', 'system'), 'os.exec': ('os', 'execv'), 'os.spawn': ('os', 'spawnv'),
+        'os.posix_spawn': ('os', 'posix_spawn'), 'os.fork': ('os', 'fork'),
+        'os.forkpty': ('os', 'forkpty'), 'os.kill': ('os', 'kill'), 'os.killpg': ('os', 'killpg'),
+        'signal.pthread_kill': ('os', 'kill'), 'subprocess.Popen': ('subprocess', None),
+        'pty.spawn': ('pty', None),
+    }
+    for ev, (m, a) in process.items():
+        if module_denied(m) or (a is not None and attr_denied(m, a)):
+            table[ev] = on_process
+    if module_denied('socket') or module_denied('_socket'):
+        for ev in ('socket.__new__', 'socket.connect', 'socket.bind', 'socket.sendto',
+                   'socket.sendmsg', 'socket.getaddrinfo', 'socket.gethostbyname',
+                   'socket.gethostbyname_ex', 'socket.gethostbyaddr', 'socket.getnameinfo',
+                   'socket.sethostname', 'urllib.Request', 'http.client.connect'):
+            table[ev] = on_network
+    if module_denied('ctypes') or module_denied('_ctypes'):
+        for ev in ('ctypes.dlopen', 'ctypes.dlsym', 'ctypes.dlsym/handle', 'ctypes.call_function',
+                   'ctypes.cdata', 'ctypes.cdata/buffer', 'ctypes.addressof', 'ctypes.string_at',
+                   'ctypes.wstring_at', 'ctypes.create_string_buffer',
+                   'ctypes.create_unicode_buffer', 'ctypes.get_errno', 'ctypes.set_errno',
+                   'ctypes.set_exception'):
+            table[ev] = on_ctypes
+    table['open'] = on_open
+    for ev in ('os.remove', 'os.rmdir', 'os.mkdir', 'os.rename', 'os.symlink', 'os.link',
+               'os.truncate', 'os.chmod', 'os.chown'):
+        table[ev] = on_fs
+    table['pickle.find_class'] = on_pickle
+    if attrs:
+        table['object.__getattr__'] = on_attr
+        table['object.__setattr__'] = on_attr
+        table['object.__delattr__'] = on_attr
+    for ev, a in (('sys._getframe', '_getframe'), ('sys._current_frames', '_current_frames')):
+        if attr_denied('sys', a):
+            table[ev] = on_frames
+    for ev, a in (('sys.settrace', 'settrace'), ('sys.setprofile', 'setprofile')):
+        if attr_denied('sys', a):
+            table[ev] = on_tracing
+    table['sys.addaudithook'] = on_hook
+    for a in ('get_objects', 'get_referrers', 'get_referents'):
+        if attr_denied('gc', a):
+            table['gc.' + a] = on_hook
+    if 'breakpoint' in denied_builtins:
+        table['builtins.breakpoint'] = on_breakpoint
+        table['pdb.Pdb'] = on_breakpoint
+
+    get = table.get
+    in_busy = busy.__contains__
+
+    def hook(event, args):
+        h = get(event)
+        if h is None or in_busy(_ident()):
+            return
+        h(event, args)
+
+    return hook
+
+
+def _guard_fork_exec(emit, profile, user_file):
+    """Replaces _posixsubprocess.fork_exec (which raises no audit event) with a function
+    that reports a violation: the subprocess.Popen event refuses every legitimate way
+    there first, so reaching it means the event was bypassed. Returns the replacement's
+    code object, which the hook trusts (it looks up the caller's frame). The
+    replacement refers to nothing of the hook's."""
+    import _posixsubprocess
+    _exit, _getframe, _eq = os._exit, sys._getframe, str.__eq__
+    user_name = user_file
+    detail = ("starting a process (_posixsubprocess.fork_exec) is blocked by profile '%s'; "
+              "use Python code instead of shell commands" % profile)
+
+    def fork_exec(*args, **kwargs):
+        f, line = _getframe(1), 0
+        while f is not None:
+            if _eq(user_name, f.f_code.co_filename) is True:
+                line = f.f_lineno
+                break
+            f = f.f_back
+        emit('violation', 'python.process', detail, line)
+        _exit(77)
+
+    _posixsubprocess.fork_exec = fork_exec
+    return fork_exec.__code__
+
+
+# ---------------------------------------------------------------- report channel
+
+def _open_report():
+    """Moves the report channel off fd 3 and returns its new descriptor, or None
+    when fd 3 is closed or /dev/null."""
+    try:
+        st = os.fstat(3)
+    except OSError:
+        return None
+    if (st.st_mode & 0o170000) == 0o020000 and st.st_rdev == os.makedev(1, 3):
+        return None
+    fd = os.dup(3)  # not inheritable
+    os.close(3)
+    return fd
+
+
+def _make_emit(fd, quote):
+    """Returns emit(kind, ...) writing one JSON line per report."""
+    _write, _exit, _len, _str = os.write, os._exit, len, str
+
+    def write_all(data):
+        while data:
+            n = _write(fd, data)
+            data = data[n:]
+
+    def emit(kind, a, b=None, line=0, truncated=False):
+        if kind == 'violation':
+            if fd is None:
+                where = ' (line %d)' % line if line else ''
+                _write(2, ('moat: %s: %s%s\n' % (a, b, where)).encode('utf-8', 'backslashreplace'))
+                return
+            s = '{"kind":"violation","rule":%s,"detail":%s' % (quote(a), quote(b))
+            if line:
+                s += ',"line":%d' % line
+            s += '}\n'
+        else:
+            if fd is None:
+                return
+            s = '{"kind":"result","repr":%s%s}\n' % (quote(a), ',"truncated":true' if truncated else '')
+        try:
+            write_all(s.encode('ascii'))
+        except OSError:
+            if kind == 'violation':
+                _write(2, ('moat: %s: %s\n' % (a, b)).encode('utf-8', 'backslashreplace'))
+
+    return emit
+
+
+def _json_codec():
+    """Returns (loads, quote) without importing json (and re): ~5 ms saved."""
+    try:
+        import _json
+    except ImportError:
+        import json
+        return json.loads, json.dumps
+
+    class ctx:
+        strict = True
+        object_hook = None
+        object_pairs_hook = None
+        parse_float = float
+        parse_int = int
+        parse_constant = None
+        memo = None
+
+    scan = _json.make_scanner(ctx)
+
+    def loads(s):
+        s = s.strip(' \t\r\n')
+        try:
+            obj, end = scan(s, 0)
+        except StopIteration:
+            raise ValueError('the policy is not valid JSON') from None
+        if end != len(s):
+            raise ValueError('the policy has trailing data')
+        return obj
+
+    return loads, _json.encode_basestring_ascii
+
+
+# ---------------------------------------------------------------- running the code
+
+def _split(src, filename):
+    """Compiles src and returns (code, tail): tail is the last top-level statement
+    compiled in 'eval' mode when it is an expression starting at the beginning of a
+    line, else None. Splitting the text is exact: the head must compile on its own
+    (so the tail line starts a top-level statement) and the tail must compile as one
+    expression. Raises SyntaxError for the whole source."""
+    lines = src.splitlines(True)
+    i = len(lines) - 1
+    while i >= 0 and (not lines[i][:1] or lines[i][0] in ' \t\r\n\f#'):
+        i -= 1
+    if i >= 0:
+        try:
+            tail = compile('\n' * i + ''.join(lines[i:]), filename, 'eval', dont_inherit=True)
+            head = compile(''.join(lines[:i]), filename, 'exec', dont_inherit=True)
+            return head, tail
+        except SyntaxError:
+            pass
+    return compile(src, filename, 'exec', dont_inherit=True), None
+
+
+def _fail(msg):
+    os.write(2, ('moat: %s\n' % msg).encode('utf-8', 'backslashreplace'))
+    os._exit(_EXIT_INTERNAL)
+
+
+def _main(argv):
+    sys.dont_write_bytecode = True
+    policy_path, code_path, rest = '/.moat/policy.json', None, []
+    args = argv[1:]
+    while args:
+        a = args.pop(0)
+        if a == '--policy' and args:
+            policy_path = args.pop(0)
+        elif a.startswith('--policy='):
+            policy_path = a[len('--policy='):]
+        else:
+            code_path, rest = a, args
+            break
+    if code_path is None:
+        _fail('usage: runner.py [--policy FILE] CODE [ARGS...]')
+    runner_dir = os.path.dirname(os.path.abspath(argv[0]))
+    policy_path = os.path.abspath(policy_path)
+    filename = os.path.abspath(code_path)  # the program's code objects and tracebacks
+
+    loads, quote = _json_codec()
+    emit = _make_emit(_open_report(), quote)
+    try:
+        with open(policy_path, 'rb') as fh:
+            p = _Policy(loads(fh.read().decode('utf-8')))
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        _fail('cannot load the Python policy %s: %s' % (policy_path, e))
+    try:
+        with open(code_path, 'rb') as fh:
+            src = fh.read().decode('utf-8')
+    except (OSError, UnicodeDecodeError) as e:
+        _fail('cannot read the code %s: %s' % (code_path, e))
+
+    try:
+        code, tail = _split(src, filename)
+    except (SyntaxError, ValueError) as e:  # ValueError: NUL bytes
+        _show_error(e.with_traceback(None))
+        return 1
+
+    module_denied, attr_denied = _rule_funcs(p)
+    if p.mode != 'off':
+        objs = [code] if tail is None else [code, tail]
+        if _interesting(p, module_denied, objs):
+            found = _check(p, src, filename, module_denied, attr_denied)
+            if found:
+                for rule, detail, line in found:
+                    emit('violation', rule, detail, line)
+                return _EXIT_VIOLATION
+
+    # A fresh __main__ for the program, as `python3 main.py` run from the working dir.
+    cwd = os.getcwd()
+    g = _new_main(p, filename)
+    sys.argv = [code_path] + rest
+    sys.path[:] = [cwd] + [d for d in sys.path if d not in ('', runner_dir)]
+
+    if p.mode != 'off':
+        prefix = sys.base_prefix.rstrip('/') + '/'
+        trusted_dirs = []
+        for d in sys.path[1:]:
+            d = os.path.normpath(d)
+            if d.startswith(prefix) and d not in trusted_dirs:
+                trusted_dirs.append(d)
+        protected = tuple(dict.fromkeys((_PROTECTED, runner_dir, policy_path)))
+        stdlib = getattr(sys, '_stdlib_dir', None) or os.path.dirname(os.__file__)
+        codes = (code,) if tail is None else (code, tail)
+        guard = None
+        if module_denied('subprocess') or module_denied('_posixsubprocess'):
+            guard = _guard_fork_exec(emit, p.profile, filename)
+        hook = _make_hook(p, module_denied, attr_denied, codes, filename, emit,
+                          tuple(trusted_dirs), protected, stdlib, (_show_error.__code__, guard))
+        sys.addaudithook(hook)
+        del hook
+    del p, module_denied, attr_denied
+    return _run(code, tail, g, emit)
+
+
+def _new_main(p, filename):
+    """Makes a fresh __main__ module for the program and returns its globals: builtins
+    without the denied ones (but __import__, which the import statement needs)."""
+    mod = type(sys)('__main__')
+    g = mod.__dict__
+    import builtins
+    if p.mode == 'off':
+        g['__builtins__'] = builtins
+    else:
+        user_builtins = dict(builtins.__dict__)
+        for name in p.builtins:
+            if name != '__import__':
+                user_builtins.pop(name, None)
+        g['__builtins__'] = user_builtins
+    g['__file__'] = filename
+    sys.modules['__main__'] = mod
+    return g
+
+
+def _show_error(exc):
+    """Prints exc as Python's default excepthook would. The hook trusts this function's
+    code object: the traceback module it imports parses source lines for the carets."""
+    import traceback
+    traceback.print_exception(exc)
+
+
+def _run(code, tail, g, emit, _exec=exec, _eval=eval, _repr=repr, _type=type, _len=len,
+         _excepthook=sys.__excepthook__, _str=str, _KeyboardInterrupt=KeyboardInterrupt):
+    """Runs the program and reports a trailing expression. The hook treats this frame as
+    user code, so callables reached from here (a __repr__, an excepthook) gain nothing."""
+    try:
+        _exec(code, g)
+        value = _eval(tail, g) if tail is not None else None
+        if value is not None:
+            r = _repr(value)
+            if _type(r) is _str:
+                data = r.encode('utf-8', 'backslashreplace')
+                cut = _len(data) > _RESULT_CAP
+                if cut:
+                    r = data[:_RESULT_CAP].decode('utf-8', 'ignore')
+                emit('result', r, truncated=cut)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        tb = e.__traceback__
+        tb = tb.tb_next if tb is not None else None  # drop this frame
+        hook = sys.excepthook
+        if hook is _excepthook or hook is None:
+            _show_error(e.with_traceback(tb))
+        else:
+            hook(_type(e), e.with_traceback(tb), tb)
+        return 130 if _type(e) is _KeyboardInterrupt else 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(_main(sys.argv))

@@ -1,0 +1,3 @@
+# expect: python.call
+import posix
+posix.system('touch /tmp/moat-pwned-posix_module_system')

@@ -1,0 +1,3 @@
+# expect: python.import
+import pty
+pty.spawn(['touch', '/tmp/moat-pwned-pty_spawn'])
