@@ -152,7 +152,7 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 			return nil, err
 		}
 		defer reportR.Close()
-		defer reportW.Close() // after Start the parent's copy is closed early, below
+		defer reportW.Close()             // after Start the parent's copy is closed early, below
 		is.ReportFD = fdSync + len(extra) // ExtraFiles[i] is fd 3+i in init
 		extra = append(extra, reportW)
 	}
