@@ -577,16 +577,16 @@ func TestLiveMode(t *testing.T) {
 			stdout: "o 0\no 1\no 2\n", stderr: "e 0\ne 1\ne 2\n"},
 		{name: "exit 5", args: []string{"--lang", "bash"}, code: "echo five; echo oops >&2; exit 5", exit: 5, stdout: "five\n", stderr: "oops\n"},
 		{name: "python SystemExit(3)", args: []string{"--lang", "python"}, code: "raise SystemExit(3)", exit: 3},
-		{name: "killed by SIGTERM", args: []string{"--lang", "python"}, code: "import os, signal\nprint('x', flush=True)\nos.kill(os.getpid(), signal.SIGTERM)", exit: 128 + 15, stdout: "x\n"},
+		{name: "killed by SIGTERM", args: []string{"--lang", "python", "--profile", "open"}, code: "import os, signal\nprint('x', flush=True)\nos.kill(os.getpid(), signal.SIGTERM)", exit: 128 + 15, stdout: "x\n"},
 		{name: "timeout", args: []string{"--lang", "bash", "--timeout", "1s"}, code: "echo started; echo e >&2; sleep 30",
-			exit: 124, stdout: "started\n", stderr: "e\n", moatTail: "moat: timeout: killed after 1s\n", maxWall: 10 * time.Second},
+			exit: 124, stdout: "started\n", stderr: "e\n", moatTail: "moat: timeout: the box was killed at its time limit (--timeout)\n", maxWall: 10 * time.Second},
 		{name: "memory limit", args: []string{"--lang", "python", "--memory", "32MiB"},
 			code: "print('started', flush=True)\nx = bytearray(200 << 20)\nx[::4096] = b'x' * len(x[::4096])\nprint('not reached')",
-			exit: 137, stdout: "started\n", moatTail: fmt.Sprintf("moat: memory limit: killed at %d bytes\n", 32<<20)},
+			exit: 137, stdout: "started\n", moatTail: "moat: memory limit: the code was killed at the box's memory limit (--memory)\n"},
 		{name: "output flood", args: []string{"--lang", "python", "--output-limit", "4KiB"},
 			code: "import sys\nwhile True:\n    sys.stdout.write('A' * 65536)",
 			exit: 141, stdout: strings.Repeat("A", 4096),
-			moatTail: "moat: output truncated at 4096 bytes per stream\nmoat: output limit: killed for flooding output\n"},
+			moatTail: "moat: output truncated at the output limit (--output-limit)\nmoat: output limit: killed for flooding output\n"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -35,7 +35,7 @@ func SearchPath() []string {
 }
 
 // Find returns the first file of SearchPath that exists, or "" when none does (the
-// caller then uses Default). It is an error if $MOAT_CONFIG is set and missing, if
+// caller then uses Default); a candidate this user may not even stat is skipped. It is an error if $MOAT_CONFIG is set and missing, if
 // a file found is not a regular file or cannot be inspected, and if a file found
 // by searching (not named by $MOAT_CONFIG) is world-writable or owned by
 // someone other than the current user or root: whoever could write it could
@@ -53,7 +53,9 @@ func Find() (string, error) {
 	}
 	for _, p := range SearchPath() {
 		fi, err := os.Stat(p)
-		if errors.Is(err, fs.ErrNotExist) {
+		// A candidate in a directory this user may not search (another user's HOME,
+		// inherited through sudo or setpriv) is not a config this user has: skip it.
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
 			continue
 		}
 		if err != nil {

@@ -14,8 +14,9 @@
 // A Rule is a named regular expression (DefaultRules, OptInRules, or NewRule for the
 // config's custom rules); every match becomes "[REDACTED:<name>]". Exact secrets (the
 // values of moat's secret environment variables, tokens the server holds) are matched
-// byte for byte and become "[REDACTED:secret]". Markers are written to the output,
-// never searched again.
+// byte for byte and become "[REDACTED:secret]"; the longest of them sets the window
+// (below) like a rule's MaxLen. Markers are written to the output, never searched
+// again.
 //
 // # Overlaps and precedence
 //
@@ -59,9 +60,11 @@
 // What is redacted is then decided by frames, which may redact a little more than the
 // regular expression alone would; Redact and Stream still agree.
 //
-// A chain of overlapping matches longer than half a step ends the frame at its end
-// rather than its start; a secret straddling that point and the end of the frame is
-// then seen only in part. This needs kilobytes of matches back to back.
+// A match, or chain of overlapping matches, that starts in the first quarter of a
+// frame and spans its end point (so it is longer than half a step, 8 KiB or more)
+// ends the frame at its end rather than its start; an exact secret straddling that
+// end and the end of the frame is then seen only in part. This needs kilobytes of
+// matches back to back, then a secret.
 //
 // # Custom rules
 //
@@ -73,11 +76,14 @@
 // # Speed
 //
 // Go's regexp engine is linear in time, so no pattern can be made to backtrack
-// exponentially. Built-in rules start with a literal, which the engine finds with a
-// vectorised search, so text without the literal costs little. A built-in match
-// rejected for the byte before it is searched again one byte later, at most 8 times
-// per part and frame; past that a guard regexp does the same search in one linear
-// pass, so adversarial output cannot make the filter quadratic.
+// exponentially; the filter keeps the whole pass linear too. Every built-in pattern
+// starts with a literal (or, for email, contains '@' once). One pass over a frame, a
+// table lookup per byte, finds where any of those literals occurs; a rule's regexp is
+// then run only there, and only where the byte before is allowed ("task-" is never
+// tried as the start of "sk-..."). A try that fails stops within a few dozen bytes,
+// except for jwt, whose first run is skipped for every later "eyJ" inside it. So
+// output made of near-misses costs a constant factor, not a square. Custom rules are
+// run by the engine over each frame. BenchmarkRedact measures typical output.
 //
 // # Error texts
 //

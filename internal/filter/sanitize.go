@@ -42,6 +42,9 @@ func SanitizeError(msg string) string {
 	inTrace := false
 	for _, ln := range lines {
 		if traceHeader.MatchString(ln) {
+			for len(kept) > 0 && strings.TrimSpace(kept[len(kept)-1]) == "" {
+				kept = kept[:len(kept)-1] // the blank line that separates a trace
+			}
 			inTrace = true
 			continue
 		}

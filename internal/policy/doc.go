@@ -76,10 +76,11 @@
 //     other program options), rg --pre.
 //
 // Variables that make bash, the loader or common tools run code may not be set:
-// BASH_ENV, ENV, PS0-PS4, PROMPT_COMMAND, SHELLOPTS, BASHOPTS, LD_PRELOAD, LD_AUDIT,
-// LD_LIBRARY_PATH, SHELL, PAGER, EDITOR, LESSOPEN, GIT_SSH_COMMAND, NODE_OPTIONS,
-// PERL5OPT, BASH_FUNC_* and a few more; also through env NAME=..., declare -n, read
-// and printf -v. ${x@P} (prompt expansion runs $(...)) is refused.
+// BASH_ENV, ENV, PS0-PS4, PROMPT_COMMAND, SHELLOPTS, BASHOPTS, BASH_ALIASES,
+// BASH_CMDS, LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH, SHELL, PAGER, EDITOR, LESSOPEN,
+// GIT_SSH_COMMAND, NODE_OPTIONS, PERL5OPT, BASH_FUNC_* and a few more; also through
+// env NAME=..., declare -n, read and printf -v. ${x@P} (prompt expansion runs $(...))
+// is refused.
 //
 // Functions: a call to a function defined in the script is checked by its body, not
 // as a command, so curl() { ...; } may be defined and called. The definition must
@@ -99,6 +100,7 @@
 // wrote), options computed at run time that GNU tools accept after operands (sort
 // "$f" with f=--compress-program=sh), code bash evaluates from data (array subscripts
 // in arithmetic: x='a[$(cmd)]'; $((x))), and programs outside the lists above that
-// run other programs (git aliases, less, zip -TT, rsync -e, dc). Where mvdan.cc/sh
-// and bash disagree on a parse, the box still holds.
+// run other programs (git aliases, less, zip -TT, rsync -e, dc). Redirections to
+// /dev/tcp/HOST/PORT (bash's own network client) are not commands and pass. Where
+// mvdan.cc/sh and bash disagree on a parse, the box still holds.
 package policy

@@ -457,6 +457,9 @@ func (w *walker) decl(x *syntax.DeclClause) {
 	variant := x.Variant.Value
 	nameref := variant == "nameref"
 	for _, a := range x.Args {
+		if variant == "export" || variant == "readonly" {
+			break // their -n is not a nameref
+		}
 		if a.Naked && a.Name == nil && a.Value != nil {
 			if v := w.arg(a.Value); v.static && len(v.val) > 1 && v.val[0] == '-' && strings.Contains(v.val, "n") {
 				nameref = true
@@ -545,6 +548,7 @@ var dangerousVars = map[string]bool{
 	"BASH_ENV": true, "ENV": true, // sourced by non-interactive bash / sh
 	"PS0": true, "PS1": true, "PS2": true, "PS3": true, "PS4": true, // prompt expansion runs $(...); PS4 with set -x
 	"PROMPT_COMMAND": true, "SHELLOPTS": true, "BASHOPTS": true, "BASH_LOADABLES_PATH": true,
+	"BASH_ALIASES": true, "BASH_CMDS": true, // define aliases; map names to files (like hash -p)
 	"LD_PRELOAD": true, "LD_AUDIT": true, "LD_LIBRARY_PATH": true, "GCONV_PATH": true,
 	"SHELL": true, // flock -c, script and others run $SHELL -c
 	"PAGER": true, "MANPAGER": true, "GIT_PAGER": true, "LESSOPEN": true, "LESSCLOSE": true,

@@ -1,8 +1,12 @@
 package policy
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"mvdan.cc/sh/v3/syntax"
 
 	"github.com/moat-sandbox/moat/internal/box"
 )
@@ -225,6 +229,8 @@ func TestCheckShellDenylist(t *testing.T) {
 		{"nameref to PS4", `declare -n r=PS4; r='$(curl x)'`, RuleShellWrapper},
 		{"computed declare name", `declare "$n=1"`, RuleShellDynamic},
 		{"read into PS4", `read -r PS4 < f`, RuleShellWrapper},
+		{"alias through BASH_ALIASES", "shopt -s expand_aliases\nBASH_ALIASES[ls]='curl x'\nls", RuleShellWrapper},
+		{"hash through BASH_CMDS", `BASH_CMDS[ls]=./x; ls`, RuleShellWrapper},
 		{"printf -v computed", `printf -v "$n" '%s' x`, RuleShellDynamic},
 		{"subscript substitution", `read 'a[$(curl x)]' < f`, RuleShellDynamic},
 		{"interactive bash", `bash -ic 'ls'`, RuleShellWrapper},
@@ -365,7 +371,7 @@ func TestCheckShellProfileNames(t *testing.T) {
 	}
 }
 
-func TestAwkRunsCommands(t *testing.T) {
+func TestShellAwkRunsCommands(t *testing.T) {
 	tests := []struct {
 		prog string
 		want bool
@@ -395,7 +401,7 @@ func TestAwkRunsCommands(t *testing.T) {
 	}
 }
 
-func TestSedRunsCommands(t *testing.T) {
+func TestShellSedRunsCommands(t *testing.T) {
 	tests := []struct {
 		script   string
 		runs, ok bool
@@ -481,5 +487,53 @@ func BenchmarkCheckShell100Lines(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		CheckShell(s, allowRules)
+	}
+}
+
+// TestCheckShellLarge feeds shapes that would be quadratic (or worse) if the
+// checker rescanned: long chains of functions, many -exec actions, many wrappers,
+// long words of globs and braces. Each must stay fast.
+func TestCheckShellLarge(t *testing.T) {
+	var chain, calls strings.Builder
+	for i := 0; i < 2000; i++ {
+		fmt.Fprintf(&chain, "f%d() { f%d; curl; }\nf%d\n", i+1, i, i+1)
+	}
+	calls.WriteString("main() { a; b; c; }\n")
+	for i := 0; i < 3000; i++ {
+		fmt.Fprintf(&calls, "x%d() { :; }\nmain\n", i)
+	}
+	tests := map[string]string{
+		"function chain":  chain.String(),
+		"function calls":  calls.String(),
+		"find actions":    "find . " + strings.Repeat("-exec x {} ", 10000) + ";",
+		"brackets":        "echo " + strings.Repeat("[", 100000),
+		"braces":          "echo " + strings.Repeat("{a", 50000),
+		"wrappers":        strings.Repeat("env ", 20000) + "curl",
+		"nested bash -c":  "bash -c '" + strings.Repeat("bash -c ", 100) + "'",
+		"lines":           strings.Repeat("ls -la | grep x | sort\n", 10000),
+		"awk divisions":   "awk '" + strings.Repeat("/a/ / ", 20000) + "'",
+		"sed commands":    "sed '" + strings.Repeat("s/a/b/;", 20000) + "'",
+		"many arguments":  "ls " + strings.Repeat("a ", 100000),
+		"long identifier": "awk '" + strings.Repeat("F", 100000) + "'",
+	}
+	for name, script := range tests {
+		t.Run(name, func(t *testing.T) {
+			start := time.Now()
+			CheckShell(script, denyRules)
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("took %v", d)
+			}
+		})
+	}
+}
+
+// BenchmarkShellParseOnly is the parser's share of BenchmarkCheckShell100Lines.
+func BenchmarkShellParseOnly(b *testing.B) {
+	s := shellBench()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(s), ""); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

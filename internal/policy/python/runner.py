@@ -199,11 +199,19 @@ _PICKLE_DANGER = frozenset((
     '_ctypes', 'socket', '_socket', 'pty', 'multiprocessing', 'runpy', 'code', 'codeop',
     'pickle', '_pickle', 'marshal', 'types', 'operator', '_operator', 'shutil',
     'webbrowser', 'signal', 'pdb', 'timeit', 'doctest', 'gc', 'inspect', 'pydoc',
-    'platform', 'asyncio', 'builtins.eval',
+    'platform', 'asyncio',
 ))
 _PICKLE_BUILTINS = frozenset(('getattr', 'setattr', 'delattr', 'globals', 'locals', 'vars'))
 
 _DYNAMIC = ('eval', 'exec', 'compile')
+
+# Modules every allowlist allows: the interpreter's C code imports them on its own from
+# whatever frame is running (datetime.strptime imports _strptime, codec lookup imports
+# encodings.*), and none of them reaches a capability.
+_IMPLICIT = frozenset((
+    '__future__', '_strptime', 'encodings', 'codecs', 'warnings', 'copyreg', '_compat_pickle',
+    'locale', '_locale', 'unicodedata', 'linecache',
+))
 
 # The rule reported for module attributes that guard the runner itself.
 _RULE_OF = {
@@ -212,7 +220,6 @@ _RULE_OF = {
     ('gc', 'get_referrers'): 'python.hook', ('gc', 'get_referents'): 'python.hook',
     ('sys', '_getframe'): 'python.attribute', ('sys', '_current_frames'): 'python.attribute',
 }
-_BOOTSTRAP = '<frozen importlib._bootstrap'
 
 
 class _Policy:
@@ -271,6 +278,7 @@ def _rule_funcs(p):
     """
     allowlist = p.mode == 'allowlist'
     allow, deny, rules = p.allow, p.deny, p.rules
+    implicit = _IMPLICIT
     aliases = {'posix': 'os', 'nt': 'os'}
     rfind, sw, find = str.rfind, str.startswith, str.find
     _len = len
@@ -279,13 +287,13 @@ def _rule_funcs(p):
         n = name
         while True:
             if allowlist:
-                if n in allow:
+                if n in allow or n in implicit:
                     return False
             elif n in deny:
                 return True
             i = rfind(n, '.')
             if i < 0:
-                return allowlist and name != '__future__'
+                return allowlist
             n = n[:i]
 
     def glob(pat, s):
@@ -364,11 +372,6 @@ def _builtin_detail(p, name, called):
 def _attr_detail(p, name):
     return ("access to attribute '%s' is blocked by profile '%s'; "
             "introspection of interpreter internals is not allowed" % (name, p.profile))
-
-
-def _exec_detail(p, what):
-    return ("dynamic code execution (%s) is blocked by profile '%s'; "
-            "write the code directly instead of building it at run time" % (what, p.profile))
 
 
 def _write_detail(p, path):
@@ -589,7 +592,7 @@ def _check(p, src, filename, module_denied, attr_denied):
         for w in p.attrs:
             if w in s and _word_in(w, s):
                 add('python.attribute', _attr_detail(p, w), node)
-        if _PROTECTED in s and (s == _PROTECTED or s.startswith(_PROTECTED + '/') or _PROTECTED + '/' in s):
+        if s == _PROTECTED or _PROTECTED + '/' in s:
             add('python.file', _protected_detail(s), node)
 
     def check_path(path, write, node):
@@ -644,6 +647,8 @@ def _check(p, src, filename, module_denied, attr_denied):
                 else:
                     check_module(a.name, a)
         elif t is A.Name:
+            if type(n.ctx) is not A.Load:
+                continue
             if n.id in p.builtins and n.id not in defined:
                 add('python.builtin', _builtin_detail(p, n.id, called), n)
             elif n.id == '__builtins__' and p.builtins:
@@ -657,7 +662,7 @@ def _check(p, src, filename, module_denied, attr_denied):
             base = dotted(n.value)
             if base is not None:
                 check_attr_of(base, n.attr, n, called)
-            elif n.attr in deny_top:
+            if n.attr in deny_top:  # a denied module reached as another's attribute: np.ctypeslib.ctypes
                 add('python.import', _import_detail(p, n.attr), n)
         elif t is A.Subscript:
             key = literal(n.slice)
@@ -705,8 +710,6 @@ def _check(p, src, filename, module_denied, attr_denied):
                     else:
                         write = True
                     check_path(path, write, n)
-                    if not write and path is not None:
-                        check_path(path, False, n)
         elif t is A.Constant:
             if type(n.value) is str:
                 check_string(n.value, n)
@@ -718,6 +721,7 @@ def _check(p, src, filename, module_denied, attr_denied):
             for name in n.kwd_attrs:
                 if name in p.attrs:
                     add('python.attribute', _attr_detail(p, name), n)
+    found.sort(key=lambda f: f[2])
     return found
 
 
@@ -978,9 +982,10 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
                 names = f.f_code.co_names
                 last = name[_rfind(name, '.') + 1:]
                 bad = not (name in names or last in names or '__import__' in names or 'import_module' in names)
-                if bad:
+                if bad:  # `from .a.b import c`; a parent of `import a.b.c`
+                    dotted = name + '.'
                     for n in names:
-                        if '.' in n and _ew(name, '.' + n):
+                        if '.' in n and (_ew(name, '.' + n) or _sw(n, dotted)):
                             bad = False
                             break
         finally:
@@ -1050,8 +1055,11 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
                 co = e.f_code
                 fn = co.co_filename
                 if fn == '<frozen importlib._bootstrap_external>' and co.co_name == '_compile_bytecode':
-                    loc = e.f_locals
-                    bad = loc.get('source_path') is None and not lib_path(loc.get('bytecode_path'))
+                    if e.f_back.f_code.co_qualname == 'SourceLoader.get_code':
+                        bad = False  # a cached .pyc of a source file: importlib fixes co_filename
+                    else:
+                        loc = e.f_locals
+                        bad = loc.get('source_path') is None and not lib_path(loc.get('bytecode_path'))
                 elif fn == '<frozen zipimport>' and co.co_name == '_unmarshal_code':
                     bad = not lib_path(e.f_locals.get('pathname'))
                 else:
@@ -1131,10 +1139,15 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
                     % (event, profile), e)
 
     def on_open(event, args):
-        p = norm(args[0])
+        path = args[0]
+        mode = args[1] if _len(args) > 1 else None
+        if _type(mode) is _str and (mode == 'r' or mode == 'rb') and _type(path) is _str and \
+                _sw(path, '/usr/') and '/.' not in path:
+            return  # fast path: a library reads its own files (imports, fonts)
+        p = norm(path)
         if p is None:
             return
-        mode = exact(args[1]) if _len(args) > 1 else None
+        mode = exact(mode)
         if mode is not None:
             write = 'w' in mode or 'a' in mode or 'x' in mode or '+' in mode
         else:
@@ -1347,7 +1360,7 @@ def _open_report():
 
 def _make_emit(fd, quote):
     """Returns emit(kind, ...) writing one JSON line per report."""
-    _write, _exit, _len, _str = os.write, os._exit, len, str
+    _write, _OSError = os.write, OSError
 
     def write_all(data):
         while data:
@@ -1370,7 +1383,7 @@ def _make_emit(fd, quote):
             s = '{"kind":"result","repr":%s%s}\n' % (quote(a), ',"truncated":true' if truncated else '')
         try:
             write_all(s.encode('ascii'))
-        except OSError:
+        except _OSError:
             if kind == 'violation':
                 _write(2, ('moat: %s: %s\n' % (a, b)).encode('utf-8', 'backslashreplace'))
 

@@ -1,4 +1,4 @@
-# result: 30
+# result: 18
 import numpy as np
 
 m = np.arange(12).reshape(3, 4)

@@ -1,4 +1,4 @@
-# result: 0.9978
+# result: 0.9984
 import statistics as st
 
 data = [2.5, 3.1, 4.7, 3.3, 2.9, 5.0, 4.1]
