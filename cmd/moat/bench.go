@@ -80,6 +80,13 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "| %s | %d | %s | %s | %s | %.2f× |\n", r.name, r.n, ms(r.median), ms(r.p90), ms(r.p99), r.ratio)
 		}
 	}
+	moatMedian := rows[len(rows)-1-len(skipped)].median
+	if table, err := policyCost(*n, moatMedian); err != nil {
+		fmt.Fprintf(stdout, "\npolicy cost: failed: %v\n", err)
+	} else {
+		fmt.Fprintln(stdout)
+		fmt.Fprint(stdout, table)
+	}
 	rss, status, err := floodRSS(self)
 	fmt.Fprintln(stdout)
 	if err != nil {

@@ -24,6 +24,9 @@ var strictModules = []string{
 	// data formats and encodings
 	"json", "csv", "io", "struct", "base64", "binascii", "hashlib", "zlib", "uuid",
 	"secrets", "urllib.parse",
+	// files, confined to /tmp and /workspace by file_access: sandbox; os only through
+	// strictOSAllow
+	"os", "pathlib", "__future__",
 	// the numeric stack
 	"numpy", "pandas", "matplotlib",
 }
@@ -67,7 +70,18 @@ var osDeny = []string{
 var sysDeny = []string{
 	"_getframe", "_current_frames", "_current_exceptions", "settrace", "setprofile",
 	"breakpointhook", "__breakpointhook__", "meta_path", "path_hooks",
-	"path_importer_cache",
+	"path_importer_cache", "addaudithook",
+}
+
+// gcDeny are the gc functions that hand out every live object (the runner's own
+// among them): an escape route that raises no audit event.
+var gcDeny = []string{"get_objects", "get_referrers", "get_referents"}
+
+// strictOSAllow is all of os that the strict profile lets code use: paths and files.
+var strictOSAllow = []string{
+	"path", "getcwd", "listdir", "scandir", "walk", "makedirs", "mkdir", "remove",
+	"unlink", "rename", "replace", "stat", "fspath", "sep", "linesep", "getenv",
+	"environ", "cpu_count", "PathLike",
 }
 
 // asyncioDeny are the asyncio attributes that start processes.
@@ -92,7 +106,7 @@ var gadgetAttributes = []string{
 // strictAttributes adds __dict__, which on a module bypasses its attribute rules
 // (os.__dict__["system"]). The default profile leaves __dict__ to the runtime hook,
 // as benign code reads obj.__dict__ often.
-var strictAttributes = append(append([]string(nil), gadgetAttributes...), "__dict__")
+var strictAttributes = append(append([]string(nil), gadgetAttributes...), "__dict__", "__func__", "__wrapped__", "__traceback__")
 
 // defaultBuiltins are the builtins that run code from strings or reach the import
 // system; benign agent code rarely calls them, and "exec of decoded strings" is the
@@ -140,10 +154,16 @@ func BuiltinProfiles() map[string]Profile {
 	return map[string]Profile{
 		ProfileStrict: {
 			Python: PythonPolicy{
-				Mode:           ModeAllowlist,
-				AllowModules:   clone(strictModules),
-				DenyModules:    clone(strictDenyModules),
-				Modules:        map[string]ModuleRule{"numpy": {Deny: []string{"ctypeslib", "f2py"}}, "pandas": {Deny: []string{"read_clipboard", "read_pickle"}}},
+				Mode:         ModeAllowlist,
+				AllowModules: clone(strictModules),
+				DenyModules:  clone(strictDenyModules),
+				Modules: map[string]ModuleRule{
+					"numpy":  {Deny: []string{"ctypeslib", "f2py"}},
+					"pandas": {Deny: []string{"read_clipboard", "read_pickle"}},
+					"os":     {Allow: clone(strictOSAllow)},
+					"gc":     {Deny: clone(gcDeny)},
+					"sys":    {Deny: clone(sysDeny)},
+				},
 				DenyBuiltins:   clone(strictBuiltins),
 				DenyAttributes: clone(strictAttributes),
 				FileAccess:     FileAccessSandbox,
@@ -159,6 +179,7 @@ func BuiltinProfiles() map[string]Profile {
 					"os":      {Deny: clone(osDeny)},
 					"sys":     {Deny: clone(sysDeny)},
 					"asyncio": {Deny: clone(asyncioDeny)},
+					"gc":      {Deny: clone(gcDeny)},
 				},
 				DenyBuiltins:   clone(defaultBuiltins),
 				DenyAttributes: clone(gadgetAttributes),

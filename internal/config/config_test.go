@@ -92,10 +92,14 @@ func TestBuiltinProfiles(t *testing.T) {
 	if s.FileAccess != FileAccessSandbox || d.FileAccess != FileAccessAny {
 		t.Errorf("file access: strict %q, default %q", s.FileAccess, d.FileAccess)
 	}
-	for _, m := range []string{"os", "sys", "subprocess", "socket", "ctypes", "importlib", "pickle", "marshal", "shutil", "pathlib"} {
+	for _, m := range []string{"sys", "subprocess", "socket", "ctypes", "importlib", "pickle", "marshal", "shutil", "gc"} {
 		if slices.Contains(s.AllowModules, m) {
 			t.Errorf("strict allows %s", m)
 		}
+	}
+	// os is allowed in strict only through an allow rule of path and file functions.
+	if r := s.Modules["os"]; len(r.Allow) == 0 || slices.Contains(r.Allow, "system") {
+		t.Errorf("strict os rule = %+v, want an allow list of file functions", r)
 	}
 	for _, m := range []string{"subprocess", "socket", "ctypes", "importlib", "multiprocessing", "pty"} {
 		if !slices.Contains(d.DenyModules, m) {
@@ -371,6 +375,9 @@ profiles:
 				"math":   {Deny: []string{"factorial"}},
 				"json":   {Allow: []string{"loads", "dumps"}},
 				"pandas": strict.Python.Modules["pandas"],
+				"os":     strict.Python.Modules["os"],
+				"gc":     strict.Python.Modules["gc"],
+				"sys":    strict.Python.Modules["sys"],
 			},
 			DenyBuiltins:   []string{}, // web cleared it
 			DenyAttributes: strict.Python.DenyAttributes,

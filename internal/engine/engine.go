@@ -17,11 +17,17 @@ import (
 	"github.com/moat-sandbox/moat/internal/policy/python"
 )
 
-// Paths of the Python policy runner inside the box.
-const (
-	runnerPath = "/.moat/runner.py"
-	policyPath = "/.moat/policy.json"
-)
+// pythonRunner makes spec start the Python policy runner with pol: compiled when it
+// can be, from source otherwise, in isolated mode (-I), with the report channel.
+func (e *Engine) pythonRunner(spec *box.Spec, pol python.Policy) {
+	pyc := compiledRunner(e.log)
+	spec.Support = python.Support(pol, pyc)
+	spec.Interpreter = python.Interpreter(python.RunnerPath)
+	if pyc != nil {
+		spec.Interpreter = python.Interpreter(python.CompiledRunnerPath)
+	}
+	spec.Report = true
+}
 
 // Engine runs executions through the pipeline. Build it with New; it is safe for
 // concurrent use.
@@ -93,10 +99,7 @@ func (e *Engine) Execute(ctx context.Context, req *Request) (*box.Result, error)
 			return blocked(v), nil
 		}
 	case "python":
-		pol := pythonPolicy(name, prof)
-		spec.Interpreter = []string{"/usr/bin/python3", "-u", runnerPath}
-		spec.Support = []box.SupportFile{{Path: runnerPath, Data: python.Runner}, {Path: policyPath, Data: pol.JSON()}}
-		spec.Report = true
+		e.pythonRunner(spec, pythonPolicy(name, prof))
 	}
 
 	// box, with the filter on the live streams
@@ -300,14 +303,9 @@ func (e *Engine) Check(ctx context.Context, req *Request) (string, []box.Violati
 	if lang.Name == "bash" {
 		return name, policy.CheckShell(string(req.Code), policy.ShellRules{Profile: name, Allow: prof.Shell.Allow, Deny: prof.Shell.Deny}), nil
 	}
-	pol := pythonPolicy(name, prof)
-	spec := &box.Spec{
-		Language: lang.Name, Code: req.Code, Network: "none",
-		Interpreter: []string{"/usr/bin/python3", "-u", runnerPath, "--check-only"},
-		Support:     []box.SupportFile{{Path: runnerPath, Data: python.Runner}, {Path: policyPath, Data: pol.JSON()}},
-		Report:      true,
-		Limits:      box.Limits{Timeout: checkTimeout},
-	}
+	spec := &box.Spec{Language: lang.Name, Code: req.Code, Network: "none", Limits: box.Limits{Timeout: checkTimeout}}
+	e.pythonRunner(spec, pythonPolicy(name, prof))
+	spec.Interpreter = append(spec.Interpreter, "--check-only")
 	res, err := e.backend.Run(ctx, spec)
 	if err != nil {
 		return "", nil, err
@@ -332,4 +330,23 @@ func lastLine(s string) string {
 		return s[i+1:]
 	}
 	return s
+}
+
+// PolicyDocument returns the Python runner's policy for a profile (empty: the config's
+// default), as the box receives it; for benchmarks and debugging.
+func (e *Engine) PolicyDocument(profile string) ([]byte, error) {
+	name, prof, err := e.profile(profile)
+	if err != nil {
+		return nil, err
+	}
+	return pythonPolicy(name, prof).JSON(), nil
+}
+
+// ShellRules returns the shell rules of a profile (empty: the config's default).
+func (e *Engine) ShellRules(profile string) (policy.ShellRules, error) {
+	name, prof, err := e.profile(profile)
+	if err != nil {
+		return policy.ShellRules{}, err
+	}
+	return policy.ShellRules{Profile: name, Allow: prof.Shell.Allow, Deny: prof.Shell.Deny}, nil
 }

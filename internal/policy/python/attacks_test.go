@@ -4,12 +4,27 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
 // canary is the file an attack creates when its technique works.
 func canary(name string) string { return "/tmp/moat-pwned-" + name }
+
+// cleanAttack removes the canary and the payload files (/tmp/moat-payload-NAME*)
+// an attack leaves behind.
+func cleanAttack(t *testing.T, name string) {
+	t.Helper()
+	os.Remove(canary(name))
+	payloads, err := filepath.Glob("/tmp/moat-payload-" + name + "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range payloads {
+		os.RemoveAll(p)
+	}
+}
 
 // succeeded reports whether the attack's effect happened: its canary file exists,
 // or its output shows it (PWNED, or the file's own "success: stdout" marker).
@@ -43,8 +58,8 @@ func TestAttacks(t *testing.T) {
 			if want == "" {
 				t.Fatalf("%s.py has no '# expect: RULE' header", f.Name)
 			}
-			os.Remove(canary(f.Name))
-			defer os.Remove(canary(f.Name))
+			cleanAttack(t, f.Name)
+			defer cleanAttack(t, f.Name)
 			o := runCode(t, DefaultPolicy(), f.Code, runOpts{})
 			if ok, why := succeeded(t, f, o); ok {
 				t.Errorf("attack worked (%s)\n%s", why, o)
@@ -73,8 +88,8 @@ func TestAttacksWithoutPolicy(t *testing.T) {
 			if reason, ok := strings.CutPrefix(f.Header["control"], "skip "); ok {
 				t.Skip(reason)
 			}
-			os.Remove(canary(f.Name))
-			defer os.Remove(canary(f.Name))
+			cleanAttack(t, f.Name)
+			defer cleanAttack(t, f.Name)
 			o := runCode(t, off, f.Code, runOpts{})
 			if ok, _ := succeeded(t, f, o); !ok {
 				t.Errorf("attack did not work even without policy; fix the attack\n%s", o)

@@ -165,6 +165,21 @@ print(helper_mod.VALUE, open(__file__).read().count('import'))
 	}
 }
 
+func TestCheckOnly(t *testing.T) {
+	o := runCode(t, DefaultPolicy(), "print('RAN')\nimport os\nos.system('true')", runOpts{checkOnly: true})
+	if o.Exit != ExitViolation || !o.hasRule("python.call") || strings.Contains(o.Stdout, "RAN") {
+		t.Errorf("want the static violation only\n%s", o)
+	}
+	o = runCode(t, DefaultPolicy(), "print('RAN')\n1 + 1", runOpts{checkOnly: true})
+	if o.Exit != 0 || o.Stdout != "" || o.Report.Result != nil {
+		t.Errorf("want status 0 without running\n%s", o)
+	}
+	o = runCode(t, DefaultPolicy(), "print('RAN'", runOpts{checkOnly: true})
+	if o.Exit != 1 || !strings.Contains(o.Stderr, "SyntaxError") {
+		t.Errorf("want the SyntaxError\n%s", o)
+	}
+}
+
 func TestModeOff(t *testing.T) {
 	p := DefaultPolicy()
 	p.Mode = ModeOff

@@ -13,15 +13,17 @@
 // to Interpreter(CompiledRunnerPath) (or RunnerPath when it has no compiled runner),
 // asks for a report channel (Spec.Report) and decodes it with ParseReport:
 //
-//	/usr/bin/python3 -u -I /.moat/runner.pyc /.moat/main.py
+//	/usr/bin/python3 -u -I /.moat/runner.pyc [--check-only] /.moat/main.py
 //	    reads /.moat/policy.json, writes JSON lines to fd 3:
 //	    {"kind":"violation","rule":"python.import","detail":"...","line":3}
 //	    {"kind":"result","repr":"150.0"}
-//	    exits 77 (ExitViolation) when policy refused the code
+//	    exits 77 (ExitViolation) when policy refused the code, 70 (ExitInternal)
+//	    when the policy is unreadable; --check-only stops after the static layer
 //
 // Compile the runner once per interpreter with CompileRunner: Python compiles a
-// script on every start, and the runner's 1,500 lines cost about 12 ms; compiled, the
-// runner adds about 1-2 ms to a box run (BenchmarkOverhead).
+// script on every start, and the runner's 1,500 lines cost 12-20 ms; compiled, the
+// default profile adds about 3-4 ms of CPU to a box run, strict about 11 ms (it always
+// walks the AST), off under 1 ms (BenchmarkOverhead).
 //
 // # Two layers
 //
@@ -46,13 +48,19 @@
 // exec generated code, matplotlib runs fc-list. So a frame is library code when its
 // code object's file lies under the interpreter's library directories (or is frozen),
 // and user code otherwise: the program, modules it writes, and code compiled from
-// strings, even by a library (timeit, doctest, code, runpy cannot launder code).
-// Imports and dynamic code are refused when user code asks, or when a library frame
-// only relays a callable (threading's run(), a pandas apply) rather than doing it
-// itself. Processes, network and file writes are refused whoever asks: a violation
-// when the request traces back to user code, a PermissionError when a library asked
-// on its own (matplotlib then finds fonts without fc-list). Unpickling of dangerous
-// globals, files under /.moat, gc and audit hooks are refused whoever asks.
+// strings, even by a library (timeit, doctest, code and runpy cannot launder code).
+//
+//   - Imports and dynamic code are refused when user code asks, or when a library
+//     frame only relays a callable (threading's run(), an event loop callback)
+//     instead of naming the import or calling exec/eval/compile itself.
+//   - Processes, network and file writes are refused whoever asks: a violation when
+//     the request traces back to user code (past the stdlib modules that only carry
+//     it out, and past library frames that do not name the API, like pandas'
+//     apply(os.system)); a PermissionError when a library asked on its own
+//     (matplotlib then lists fonts without fc-list).
+//   - ctypes is refused while user code is on the stack, except inside an import.
+//   - Unpickling dangerous globals, files under /.moat, gc introspection and audit
+//     hooks are refused whoever asks.
 //
 // # Known limits
 //

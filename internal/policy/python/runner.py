@@ -1,131 +1,147 @@
 """moat's Python runner: the language-level policy for Python code in a moat box.
 
-The engine starts it inside the box as
+The engine starts it inside the box, usually compiled (see policy/python.CompileRunner),
 
-    /usr/bin/python3 -u -I /.moat/runner.py [--policy FILE] /.moat/main.py [ARGS...]
+    /usr/bin/python3 -u -I /.moat/runner.pyc [--policy FILE] [--check-only] /.moat/main.py [ARGS...]
 
 with the policy at /.moat/policy.json (or FILE) and a report channel on file
 descriptor 3. It is DEFENCE IN DEPTH and a source of clear, early errors. The box
 (namespaces, seccomp, Landlock, cgroups) is the security boundary; nothing here is
-needed to keep the host safe, and a determined program can get past an in-process
-check (see "Known limits").
+needed to keep the host safe, and a determined program can get past in-process checks
+(see "Known limits"). -I matters: without it Python reads PYTHON* variables and .pth
+files of a user site directory under HOME=/workspace before this file runs.
 
 Two layers
 ==========
 
-1. Static checks, before any user code runs. The code is compiled once. If the names
-   and string constants of the compiled code touch anything the policy names (a
-   denied module, builtin or attribute, a module rule, /.moat), the source is parsed
-   with `ast` and walked: imports and from-imports (also `__import__('x')`,
+1. Static checks, before any of the program runs. The program is compiled once (as
+   `python3 main.py` would); when the names and string constants of its code objects
+   touch anything the policy names (a denied module, a denied builtin loaded as a
+   global, a denied attribute, a module rule, /.moat), the source is parsed with
+   `ast` and walked: imports and from-imports (also `__import__('x')`,
    `importlib.import_module('x')` and `sys.modules['x']` with literal names), uses of
-   denied builtins (by name, called or not; identifiers are NFKC-normalised by the
+   denied builtins by name, called or not (identifiers are NFKC-normalised by the
    parser, so `ｅｖａｌ` is `eval`), denied attributes (also inside string literals,
-   which covers getattr/attrgetter names and `'{0.__globals__}'.format(x)` fields,
-   and literal concatenations), module attribute rules through import aliases
-   (`import os as o; o.system`, `from os import system`), and, when file_access is
-   "sandbox", literal writes outside /tmp and /workspace. Any finding is reported and
-   the runner exits 77 without running the code.
+   which covers getattr/attrgetter names, format fields like '{0.__globals__}' and
+   literal concatenations), module rules through import aliases (`import os as o;
+   o.system`, `from os import system`), denied modules reached as attributes, literal
+   paths under /.moat and, when file_access is "sandbox", literal writes outside /tmp
+   and /workspace. Findings are reported and the runner exits 77 without running the
+   program. The walk costs 5-10 ms, so it runs only when the prefilter says so (always
+   in allowlist or sandbox mode). --check-only stops after this layer: status 0, 77
+   or 1 (syntax error), and the program never runs.
 
 2. Runtime checks: a PEP 578 audit hook (sys.addaudithook), installed just before the
-   code runs. A violation is reported and the process ends at once with os._exit(77),
-   so code cannot catch it and keep probing.
+   program runs. A violation is reported and the process ends at once with
+   os._exit(77), so the program cannot catch it and keep probing. A refusal that is
+   not the program's doing (see below) raises PermissionError instead.
 
 Origin rule
 ===========
 
-A frame is *library* code when its code object's file name lies under the
-interpreter's own library directories (sys.path entries under sys.base_prefix, taken
-before user code runs; read-only inside the box) or is a frozen module
-("<frozen ...>"). Everything else is *user* code: the program (compiled under its
-own path, /.moat/main.py), modules it writes and imports, and code compiled from
-strings ("<string>", "<timeit-src>", ...), even when a library compiled it. File names cannot be forged:
-compiling under a library file name requires the source to equal that file, code
-objects are built by user code only when dynamic code is allowed, and sourceless
-.pyc files are loaded only from library directories. The runner's own frames are
-user code too, except its error printer (matched by code object identity).
+A frame is *library* code when its code object's file lies under the interpreter's
+library directories (the sys.path entries under sys.base_prefix when the runner
+starts; read-only in the box) or is frozen ("<frozen ...>"). Everything else is *user*
+code: the program (compiled under its own path, /.moat/main.py), modules it writes
+and imports, code compiled from strings ("<string>", "<timeit-src>", ...) even when a
+library compiled it, and the runner's own frames (but its error printer and the
+fork_exec guard, trusted by code object identity). Library file names cannot be
+forged: compiling under one requires the source to equal that file, code objects are
+built by user code only when dynamic code is allowed, and sourceless .pyc files load
+only from library directories.
 
 - imports: a denied import is refused when the nearest frame outside importlib is
-  user code, or is library code that neither names the module nor is running a
-  module's initialisation (so a library cannot be used as a trampoline, e.g.
-  `Thread(target=__import__, args=('subprocess',))`). Libraries import what they
-  like.
-- dynamic code (compile, exec, marshal, code/function construction): refused from
-  user code; from library code only when the library frame itself calls
-  exec/eval/compile (dataclasses, namedtuple, typing do; a callback trampoline such
-  as threading's run() does not). Code a library compiles from a string runs as user
-  code, so `timeit`, `doctest`, `code` and `runpy` cannot launder it.
-- processes, network, file writes (sandbox): always refused when the profile denies
-  them. It is a violation when the request came from user code, directly or through
-  the stdlib modules that only carry it out (subprocess, os, pty, multiprocessing,
-  asyncio, socket, urllib, http, pathlib, shutil, threading, ...). When another
-  library asks on its own (matplotlib runs fc-list to find fonts; platform runs
-  uname), the hook raises PermissionError instead, which such libraries handle.
-- ctypes: refused while user code is on the stack, unless an import is in progress
-  in between (numpy loads ctypes when it is imported).
-- pickle.find_class, sys.addaudithook, gc introspection, pdb and files under /.moat:
+  user code, or is library code that neither names the module (co_names) nor runs a
+  module's initialisation, so a library cannot serve as a trampoline
+  (`Thread(target=__import__, args=('subprocess',))`). Libraries import what they
+  need. In allowlist mode a few modules the interpreter's C code imports by itself
+  (_strptime, encodings, ...) are always allowed.
+- dynamic code (compile, exec, marshal, code and function objects): refused from user
+  code; from library code unless the library frame itself calls exec/eval/compile,
+  is a module body or an extension module's initialisation (dataclasses, namedtuple,
+  typing, six, Cython do; a trampoline such as threading's run() or an event loop's
+  callback does not). What a library compiles from a string runs as user code, so
+  timeit, doctest, code and runpy cannot launder it.
+- processes, network, file writes (sandbox): refused whoever asks when the profile
+  denies them. The walk skips the stdlib modules that only carry a request out
+  (subprocess, os, pty, multiprocessing, asyncio, threading, socket, urllib, http,
+  pathlib, shutil, ...). If it reaches user code, or a library frame that does not
+  name the API itself (pandas' apply(os.system)), it is the program's violation;
+  if a library asked on its own (matplotlib runs fc-list to list fonts, platform runs
+  uname), the hook raises PermissionError, which such libraries handle.
+- ctypes: refused while user code is on the stack, unless an import is in progress in
+  between (numpy loads ctypes when it is imported).
+- attributes and frames (object.__getattr__ and friends, sys._getframe, tracing):
+  refused from user code.
+- pickle.find_class of dangerous globals, sys.addaudithook, gc introspection, pdb
+  started by the program and files under /.moat (but the program's own file):
   refused whoever asks.
 
-Audit events used (CPython 3.11; see docs.python.org/3.11/library/audit_events.html)
-===================================================================================
+Audit events used (CPython 3.11, docs.python.org/3.11/library/audit_events.html)
+================================================================================
 
 import; compile, exec, marshal.loads, marshal.load, code.__new__, function.__new__;
 subprocess.Popen, os.system, os.exec, os.spawn, os.posix_spawn, os.fork, os.forkpty,
-pty.spawn, os.kill, os.killpg, signal.pthread_kill; socket.__new__ (not AF_UNIX),
-socket.connect, socket.bind, socket.sendto, socket.sendmsg, socket.getaddrinfo,
-socket.gethostbyname, socket.gethostbyname_ex, socket.gethostbyaddr,
-socket.getnameinfo, socket.sethostname, urllib.Request, http.client.connect;
-ctypes.dlopen, ctypes.dlsym, ctypes.dlsym/handle, ctypes.call_function, ctypes.cdata,
-ctypes.cdata/buffer, ctypes.addressof, ctypes.string_at, ctypes.wstring_at,
-ctypes.create_string_buffer, ctypes.create_unicode_buffer, ctypes.get_errno,
-ctypes.set_errno, ctypes.set_exception; open, os.remove, os.rmdir, os.mkdir,
-os.rename, os.symlink, os.link, os.truncate, os.chmod, os.chown; pickle.find_class;
-object.__getattr__, object.__setattr__, object.__delattr__ (3.11 raises __getattr__
-for __code__, f_code, tb_frame, gi_frame, gi_code, cr_frame and ag_frame, and
-__setattr__ for function attributes and every attribute of a class);
-sys._getframe, sys._current_frames, sys.settrace, sys.setprofile,
-sys.addaudithook; gc.get_objects, gc.get_referrers, gc.get_referents;
-builtins.breakpoint, pdb.Pdb.
+pty.spawn, os.kill, os.killpg, signal.pthread_kill; socket.__new__ (but AF_UNIX,
+which asyncio uses), socket.connect, socket.bind, socket.sendto, socket.sendmsg,
+socket.getaddrinfo, socket.gethostbyname, socket.gethostbyname_ex,
+socket.gethostbyaddr, socket.getnameinfo, socket.sethostname, urllib.Request,
+http.client.connect; ctypes.dlopen, ctypes.dlsym, ctypes.dlsym/handle,
+ctypes.call_function, ctypes.cdata, ctypes.cdata/buffer, ctypes.addressof,
+ctypes.string_at, ctypes.wstring_at, ctypes.create_string_buffer,
+ctypes.create_unicode_buffer, ctypes.get_errno, ctypes.set_errno,
+ctypes.set_exception; open, os.remove, os.rmdir, os.mkdir, os.rename, os.symlink,
+os.link, os.truncate, os.chmod, os.chown; pickle.find_class; object.__getattr__
+(3.11 raises it for __code__, f_code, tb_frame, gi_frame, gi_code, cr_frame,
+ag_frame), object.__setattr__ (function attributes and every attribute of a class),
+object.__delattr__; sys._getframe, sys._current_frames, sys.settrace,
+sys.setprofile, sys.addaudithook; gc.get_objects, gc.get_referrers,
+gc.get_referents; builtins.breakpoint, pdb.Pdb. Only events the profile denies get
+a handler; every other event costs one dict lookup.
 
-_posixsubprocess.fork_exec raises no event; when the profile denies subprocess the
-runner replaces it with a function that reports a violation (subprocess binds it
-when it is imported, which is after this point).
+_posixsubprocess.fork_exec raises no event: when the profile denies subprocess it is
+replaced by a guard reporting a violation (subprocess binds it when first imported,
+after this point; the subprocess.Popen event refuses every legitimate way there).
 
 Self-protection
 ===============
 
-The hook and everything it uses are closures built before user code runs: no global
-names (builtins are captured too), so neither monkeypatching builtins, module
-attributes or sys.modules, nor clearing the runner's globals changes its decisions.
-Nothing but the interpreter's hook list refers to it; gc introspection and
-sys.addaudithook are refused. Arguments of events are compared as exact str copies
-so that str subclasses cannot run code inside the hook. User code runs in a fresh
-__main__ module with a copy of builtins without the denied builtins (except
-__import__, which the import statement needs; the static layer refuses its use by
-name). The report descriptor is moved off fd 3 before user code runs; the channel is
-untrusted input for the engine all the same.
+The hook and its helpers are closures built before the program runs and use no
+global names (builtins are captured too; a test checks the bytecode), so replacing
+builtins, module attributes, sys.modules entries or the runner's globals does not
+change their decisions. There is no "inside the hook, skip checks" state: code the
+program gets to run in the middle of the hook (a signal handler, a __del__ run by
+the garbage collector) is checked like any other; only the hook's own sys._getframe
+call is exempt, by a one-shot token that fails closed if stolen. Only the interpreter's hook list refers to the hook; gc
+introspection and sys.addaudithook are refused. Event arguments are read as exact
+str copies, so str subclasses run no code inside the hook. The program gets a fresh
+__main__ module whose builtins lack the denied ones (except __import__, which the
+import statement needs; the static layer refuses its use by name). The report
+descriptor is moved off fd 3 before the program runs; the channel is untrusted input
+for the engine all the same.
 
 Report channel
 ==============
 
-One JSON object per line on the report descriptor:
-{"kind":"violation","rule":"python.import","detail":"...","line":3} and
-{"kind":"result","repr":"150.0"} (the repr of a trailing expression that is not None,
-at most 64 KiB, with "truncated":true when cut). Without fd 3 (or with /dev/null
-there) violations go to stderr, prefixed "moat: ".
-
-Exit status: 77 policy violation; 70 the runner could not start (bad policy);
-1 an uncaught exception or syntax error (printed as Python would); SystemExit as
-Python handles it.
+One JSON object per line: {"kind":"violation","rule":"python.import","detail":"...",
+"line":3} and {"kind":"result","repr":"150.0"} (the repr of a trailing expression
+that is not None, at most 64 KiB, with "truncated":true when cut; the expression must
+start a line). Without fd 3, or with /dev/null there, violations go to stderr,
+prefixed "moat: ". Exit status: 77 policy violation; 70 the runner could not start
+(bad policy); 1 an uncaught exception or syntax error, printed as Python would;
+SystemExit as Python handles it.
 
 Known limits
 ============
 
 A program that reaches importlib's internals through an allowed module's attributes
-by computed names can load a module without an import event (and so get a fresh
-_posixsubprocess); callbacks run by a library can read interpreter internals (frames
-from inspect.stack(), __globals__ via a library's getattr) without an audit event;
-module rules are enforced at runtime only where an audit event exists; native code
-loaded by an allowed library is not watched. The box bounds all of these.
+by computed names loads modules without an import event (a fresh _posixsubprocess
+too); callbacks run by a library read interpreter internals (frames from
+inspect.stack(), __globals__ through a library's getattr) without an event; module
+rules without a matching event are enforced statically only; native code of allowed
+libraries is not watched; code the runtime layer allows after a library compiled it
+was never seen by the static layer; a signal handler receives a frame without an
+event. The box bounds all of these.
 """
 
 import sys
@@ -745,7 +761,7 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
     _rdonly = os.O_RDONLY | getattr(os, 'O_CLOEXEC', 0)
 
     profile = p.profile
-    attrs = p.attrs
+    attrs = p.attrs - {'f_code'}  # see enter()
     sandbox = p.sandbox
     dynamic_denied = not p.builtins.isdisjoint(_DYNAMIC)
     trusted_pre = tuple(d + '/' for d in trusted_dirs) + ('<frozen ',)
@@ -756,8 +772,8 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
     t0, t1 = trusted_codes
     c0 = allowed_codes[0]
     c1 = allowed_codes[1] if _len(allowed_codes) > 1 else allowed_codes[0]
-    busy = set()
-    busy_add, busy_discard = busy.add, busy.discard
+    armed = set()  # threads whose next sys._getframe event is the hook's own (enter())
+    arm, disarm, is_armed = armed.add, armed.discard, armed.__contains__
     pickle_danger, pickle_builtins = _PICKLE_DANGER, _PICKLE_BUILTINS | p.builtins
     denied_builtins = p.builtins
     user_name = user_file
@@ -769,11 +785,16 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
 
     # ---- helpers for frames. enter() must be called directly by a handler, which
     # ---- must be called directly by hook(): the event's frame is 3 levels up.
+    # ---- There is no "inside the hook, ignore events" state: a signal handler or a
+    # ---- __del__ run by the garbage collector can execute in the middle of the hook,
+    # ---- and its events must be checked like any other. Only the sys._getframe
+    # ---- event of enter()'s own call is skipped (a one-shot token; should something
+    # ---- else consume it first, the hook's own call is refused: fail closed), and
+    # ---- f_code, which walking frames reads, is never refused at run time.
 
     def enter():
-        i = _ident()
-        busy_add(i)
-        return _getframe(3), i
+        arm(_ident())
+        return _getframe(3)
 
     def trusted(co):
         return co is t0 or co is t1 or _sw(co.co_filename, trusted_pre)
@@ -787,7 +808,6 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
         return 0
 
     def violate(rule, detail, f):
-        busy_add(_ident())  # no more checks in this thread: we are leaving
         emit('violation', rule, detail, user_line(f))
         _exit(77)
 
@@ -835,7 +855,7 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
         if _isinstance(x, _str):
             return _as_str(x)
         if _isinstance(x, _bytes):
-            return _decode(_bytes(x), 'utf-8', 'surrogateescape')
+            return _decode(x, 'utf-8', 'surrogateescape')
         return None
 
     def show(x):
@@ -916,15 +936,11 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
         outside the sandbox directories when file_access is sandbox."""
         r = real(p)
         if (under(p, protected) or under(r, protected)) and (write or (p != user_name and r != user_name)):
-            e, i = enter2()
-            busy_discard(i)
+            e = enter2()
             violate('python.file', "access to '%s' is blocked: files under /.moat belong to moat" % p, e)
         if write and sandbox and p not in write_anywhere and not under(r, sandbox_dirs):
-            e, i = enter2()
-            try:
-                user = asked_by_user(e, file_api)
-            finally:
-                busy_discard(i)
+            e = enter2()
+            user = asked_by_user(e, file_api)
             detail = "writing '%s' is blocked by profile '%s'; write under /workspace or /tmp" % (p, profile)
             if user:
                 violate('python.file', detail, e)
@@ -932,9 +948,8 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
 
     def enter2():
         """enter() for helpers one level below a handler."""
-        i = _ident()
-        busy_add(i)
-        return _getframe(4), i
+        arm(_ident())
+        return _getframe(4)
 
     def import_detail(name):
         if allowlist:
@@ -963,33 +978,30 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
         name = exact(args[0])
         if name is None or not module_denied(name):
             return
-        e, i = enter()
-        try:
-            f, init = e, False
-            while f is not None:
-                co = f.f_code
-                if _sw(co.co_filename, '<frozen importlib._bootstrap'):
-                    if co.co_name == 'exec_module' or co.co_name == 'create_module':
-                        init = True
-                    f = f.f_back
-                    continue
-                break
-            if f is None or not trusted(f.f_code):
-                bad = True
-            elif init:
-                bad = False
-            else:
-                names = f.f_code.co_names
-                last = name[_rfind(name, '.') + 1:]
-                bad = not (name in names or last in names or '__import__' in names or 'import_module' in names)
-                if bad:  # `from .a.b import c`; a parent of `import a.b.c`
-                    dotted = name + '.'
-                    for n in names:
-                        if '.' in n and (_ew(name, '.' + n) or _sw(n, dotted)):
-                            bad = False
-                            break
-        finally:
-            busy_discard(i)
+        e = enter()
+        f, init = e, False
+        while f is not None:
+            co = f.f_code
+            if _sw(co.co_filename, '<frozen importlib._bootstrap'):
+                if co.co_name == 'exec_module' or co.co_name == 'create_module':
+                    init = True
+                f = f.f_back
+                continue
+            break
+        if f is None or not trusted(f.f_code):
+            bad = True
+        elif init:
+            bad = False
+        else:
+            names = f.f_code.co_names
+            last = name[_rfind(name, '.') + 1:]
+            bad = not (name in names or last in names or '__import__' in names or 'import_module' in names)
+            if bad:  # `from .a.b import c`; a parent of `import a.b.c`
+                dotted = name + '.'
+                for n in names:
+                    if '.' in n and (_ew(name, '.' + n) or _sw(n, dotted)):
+                        bad = False
+                        break
         if bad:
             violate('python.import', import_detail(name), e)
 
@@ -997,11 +1009,8 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
         co = args[0]
         if co is c0 or co is c1:
             return
-        e, i = enter()
-        try:
-            bad = dynamic_verdict(e)
-        finally:
-            busy_discard(i)
+        e = enter()
+        bad = dynamic_verdict(e)
         if bad:
             violate('python.exec', "dynamic code execution (exec) is blocked by profile '%s'; "
                     "write the code directly instead of building it at run time" % profile, e)
@@ -1011,11 +1020,8 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
         forged = fn is not None and _sw(fn, trusted_pre) and not same_source(fn, args[0])
         if not forged and not dynamic_denied:
             return
-        e, i = enter()
-        try:
-            bad = forged or dynamic_verdict(e)
-        finally:
-            busy_discard(i)
+        e = enter()
+        bad = forged or dynamic_verdict(e)
         if forged:
             violate('python.exec', "compiling code under the name of a library file (%s) is blocked "
                     "by profile '%s'" % (show(fn), profile), e)
@@ -1047,25 +1053,22 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
         return b''.join(chunks) == source
 
     def on_marshal(event, args):
-        e, i = enter()
-        try:
-            if e is None or not trusted(e.f_code):
-                bad = dynamic_denied
-            else:
-                co = e.f_code
-                fn = co.co_filename
-                if fn == '<frozen importlib._bootstrap_external>' and co.co_name == '_compile_bytecode':
-                    if e.f_back.f_code.co_qualname == 'SourceLoader.get_code':
-                        bad = False  # a cached .pyc of a source file: importlib fixes co_filename
-                    else:
-                        loc = e.f_locals
-                        bad = loc.get('source_path') is None and not lib_path(loc.get('bytecode_path'))
-                elif fn == '<frozen zipimport>' and co.co_name == '_unmarshal_code':
-                    bad = not lib_path(e.f_locals.get('pathname'))
+        e = enter()
+        if e is None or not trusted(e.f_code):
+            bad = dynamic_denied
+        else:
+            co = e.f_code
+            fn = co.co_filename
+            if fn == '<frozen importlib._bootstrap_external>' and co.co_name == '_compile_bytecode':
+                if e.f_back.f_code.co_qualname == 'SourceLoader.get_code':
+                    bad = False  # a cached .pyc of a source file: importlib fixes co_filename
                 else:
-                    bad = False
-        finally:
-            busy_discard(i)
+                    loc = e.f_locals
+                    bad = loc.get('source_path') is None and not lib_path(loc.get('bytecode_path'))
+            elif fn == '<frozen zipimport>' and co.co_name == '_unmarshal_code':
+                bad = not lib_path(e.f_locals.get('pathname'))
+            else:
+                bad = False
         if bad:
             violate('python.exec', "loading compiled code (%s) is blocked by profile '%s'; "
                     "import modules from source" % (event, profile), e)
@@ -1076,11 +1079,8 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
 
     def on_new_code(event, args):
         fn = exact(args[1]) if event == 'code.__new__' and _len(args) > 1 else None
-        e, i = enter()
-        try:
-            user = from_user(e)
-        finally:
-            busy_discard(i)
+        e = enter()
+        user = from_user(e)
         if user and (dynamic_denied or (fn is not None and _sw(fn, trusted_pre))):
             violate('python.exec', "building code or function objects (%s) is blocked by profile '%s'; "
                     "define functions with def or lambda" % (event, profile), e)
@@ -1089,11 +1089,8 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
         what = show(args[0]) if args else ''
         if event == 'subprocess.Popen' and _len(args) > 1 and args[1] is not None:
             what = show(args[1])
-        e, i = enter()
-        try:
-            user = asked_by_user(e, process_api)
-        finally:
-            busy_discard(i)
+        e = enter()
+        user = asked_by_user(e, process_api)
         if event == 'os.kill' or event == 'os.killpg' or event == 'signal.pthread_kill':
             detail = ("sending a signal (%s) is blocked by profile '%s'; processes in the box are "
                       "managed by moat" % (event, profile))
@@ -1110,30 +1107,24 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
         what = ''
         if event != 'socket.__new__' and _len(args) > 1:
             what = ' ' + show(args[1])
-        e, i = enter()
-        try:
-            user = asked_by_user(e, network_api)
-        finally:
-            busy_discard(i)
+        e = enter()
+        user = asked_by_user(e, network_api)
         detail = "network access (%s%s) is blocked by profile '%s' (the box has no network)" % (event, what, profile)
         if user:
             violate('python.network', detail, e)
         raise _PermissionError(1, 'moat: ' + detail)
 
     def on_ctypes(event, args):
-        e, i = enter()
-        try:
-            user, f = True, e
-            while f is not None:
-                co = f.f_code
-                if _sw(co.co_filename, '<frozen importlib._bootstrap'):
-                    user = False
-                    break
-                if not trusted(co):
-                    break
-                f = f.f_back
-        finally:
-            busy_discard(i)
+        e = enter()
+        user, f = True, e
+        while f is not None:
+            co = f.f_code
+            if _sw(co.co_filename, '<frozen importlib._bootstrap'):
+                user = False
+                break
+            if not trusted(co):
+                break
+            f = f.f_back
         if user:
             violate('python.ctypes', "ctypes (%s) is blocked by profile '%s'; native code is not allowed"
                     % (event, profile), e)
@@ -1185,8 +1176,7 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
         if not bad:
             bad = attr_denied(mod, name) or (mod == 'builtins' and name in pickle_builtins)
         if bad:
-            e, i = enter()
-            busy_discard(i)
+            e = enter()
             violate('python.pickle', "unpickling %s.%s is blocked by profile '%s'; only unpickle plain data"
                     % (show(mod), show(name), profile), e)
 
@@ -1198,50 +1188,41 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
                 return
         if name not in attrs:
             return
-        e, i = enter()
-        try:
-            user = from_user(e)
-        finally:
-            busy_discard(i)
+        e = enter()
+        user = from_user(e)
         if user:
             violate('python.attribute', "access to attribute '%s' is blocked by profile '%s'; "
                     "introspection of interpreter internals is not allowed" % (name, profile), e)
 
     def on_frames(event, args):
-        e, i = enter()
-        try:
-            user = from_user(e)
-        finally:
-            busy_discard(i)
+        i = _ident()
+        if event == 'sys._getframe' and is_armed(i):
+            disarm(i)
+            return
+        e = enter()
+        user = from_user(e)
         if user:
             violate('python.attribute', "access to stack frames (%s) is blocked by profile '%s'; "
                     "introspection of interpreter internals is not allowed" % (event, profile), e)
 
     def on_tracing(event, args):
-        e, i = enter()
-        try:
-            user = from_user(e)
-        finally:
-            busy_discard(i)
+        e = enter()
+        user = from_user(e)
         if user:
             violate('python.hook', "%s is blocked by profile '%s'; tracing hooks would observe moat's "
                     "runtime checks" % (event, profile), e)
 
     def on_hook(event, args):
-        e, i = enter()
-        busy_discard(i)
+        e = enter()
         violate('python.hook', "%s is blocked by profile '%s'; moat's runtime checks cannot be "
                 "replaced or inspected" % (event, profile), e)
 
     def on_breakpoint(event, args):
-        e, i = enter()
-        try:
-            if event == 'pdb.Pdb':  # pdb.set_trace() and friends are the program's; doctest's is not
-                user = asked_by_user(e, pdb_api)
-            else:
-                user = from_user(e)
-        finally:
-            busy_discard(i)
+        e = enter()
+        if event == 'pdb.Pdb':  # pdb.set_trace() and friends are the program's; doctest's is not
+            user = asked_by_user(e, pdb_api)
+        else:
+            user = from_user(e)
         if user:
             violate('python.builtin', "the debugger (%s) is blocked by profile '%s'; there is no "
                     "debugger in the box" % (event, profile), e)
@@ -1305,13 +1286,10 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
         table['pdb.Pdb'] = on_breakpoint
 
     get = table.get
-    in_busy = busy.__contains__
-
     def hook(event, args):
         h = get(event)
-        if h is None or in_busy(_ident()):
-            return
-        h(event, args)
+        if h is not None:
+            h(event, args)
 
     return hook
 
@@ -1451,7 +1429,7 @@ def _fail(msg):
 
 def _main(argv):
     sys.dont_write_bytecode = True
-    policy_path, code_path, rest = '/.moat/policy.json', None, []
+    policy_path, code_path, rest, check_only = '/.moat/policy.json', None, [], False
     args = argv[1:]
     while args:
         a = args.pop(0)
@@ -1459,11 +1437,13 @@ def _main(argv):
             policy_path = args.pop(0)
         elif a.startswith('--policy='):
             policy_path = a[len('--policy='):]
+        elif a == '--check-only':
+            check_only = True
         else:
             code_path, rest = a, args
             break
     if code_path is None:
-        _fail('usage: runner.py [--policy FILE] CODE [ARGS...]')
+        _fail('usage: runner.py [--policy FILE] [--check-only] CODE [ARGS...]')
     runner_dir = os.path.dirname(os.path.abspath(argv[0]))
     policy_path = os.path.abspath(policy_path)
     filename = os.path.abspath(code_path)  # the program's code objects and tracebacks
@@ -1496,6 +1476,8 @@ def _main(argv):
                 for rule, detail, line in found:
                     emit('violation', rule, detail, line)
                 return _EXIT_VIOLATION
+    if check_only:
+        return 0
 
     # A fresh __main__ for the program, as `python3 main.py` run from the working dir.
     cwd = os.getcwd()

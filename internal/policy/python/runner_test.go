@@ -79,10 +79,11 @@ func (o outcome) String() string {
 
 // runOpts changes how runCode starts the runner.
 type runOpts struct {
-	source   bool     // run runner.py rather than the compiled runner
-	noReport bool     // leave fd 3 closed
-	args     []string // appended after the code path
-	extraEnv []string
+	source    bool     // run runner.py rather than the compiled runner
+	checkOnly bool     // pass --check-only
+	noReport  bool     // leave fd 3 closed
+	args      []string // appended after the code path
+	extraEnv  []string
 }
 
 // runCode runs code under p the way a box does, without the box: a directory laid
@@ -106,7 +107,11 @@ func runCode(t testing.TB, p Policy, code string, o runOpts) outcome {
 	if o.source {
 		runner = filepath.Join(moat, "runner.py")
 	}
-	args := []string{"-u", "-I", runner, "--policy", filepath.Join(moat, "policy.json"), filepath.Join(moat, "main.py")}
+	args := []string{"-u", "-I", runner, "--policy", filepath.Join(moat, "policy.json")}
+	if o.checkOnly {
+		args = append(args, "--check-only")
+	}
+	args = append(args, filepath.Join(moat, "main.py"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -98,7 +98,7 @@ func TestStaticChecks(t *testing.T) {
 		{"sandbox write outside", ptr(sandboxPolicy()), "open('/etc/moat-test', 'w')", []finding{{"python.file", 2}}},
 		{"sandbox write mode keyword", ptr(sandboxPolicy()), "open('/etc/moat-test', mode='a')", []finding{{"python.file", 2}}},
 		{"sandbox pathlib write", ptr(sandboxPolicy()), "from pathlib import Path\nPath('/etc/moat-test').write_text('x')", []finding{{"python.file", 3}}},
-		{"sandbox write in workdir", ptr(sandboxPolicy()), "open('out.txt', 'w').write('x')\nopen('/tmp/moat-static-test', 'w').close()", nil},
+		{"sandbox write in workdir", ptr(sandboxPolicy()), "import os\nopen('out.txt', 'w').write('x')\nopen('/tmp/moat-static-test', 'w').close()\nos.remove('/tmp/moat-static-test')", nil},
 		{"sandbox read anywhere", ptr(sandboxPolicy()), "print(len(open('/etc/hostname').read()) >= 0)", nil},
 		{"strict allowlist", &strict, "import requests", []finding{{"python.import", 2}}},
 		{"strict allowed", &strict, "import os.path, json, numpy\nprint(os.path.join('a', 'b'))", nil},

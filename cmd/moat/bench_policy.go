@@ -1,0 +1,132 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/moat-sandbox/moat/internal/policy"
+	"github.com/moat-sandbox/moat/internal/policy/python"
+)
+
+// policyCost measures what the policy adds to one execution: the Python runner (static
+// check and audit hooks) on a 300-line script against the same script run by bare
+// python3, and the shell checker on a 100-line script. Both are reported as a share of
+// the median `moat run` of print(1) measured in the same bench run.
+func policyCost(n int, moatRun time.Duration) (string, error) {
+	eng, err := newEngine("")
+	if err != nil {
+		return "", err
+	}
+	doc, err := eng.PolicyDocument("default")
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "moat-bench-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	files := map[string][]byte{"runner.py": python.Runner, "policy.json": doc, "script.py": []byte(pythonScript(300))}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return "", err
+		}
+	}
+	script := filepath.Join(dir, "script.py")
+	bare := func() *exec.Cmd { return exec.Command(benchPython, "-u", script) }
+	withPolicy := func() *exec.Cmd {
+		return exec.Command(benchPython, "-u", filepath.Join(dir, "runner.py"), "--policy", filepath.Join(dir, "policy.json"), script)
+	}
+	rows := measure([]benchCase{{"bare", bare}, {"runner", withPolicy}}, n)
+	for _, r := range rows {
+		if r.errDetail != "" {
+			return "", fmt.Errorf("%s: %s", r.name, r.errDetail)
+		}
+	}
+	pyCost := rows[1].median - rows[0].median
+
+	rules, err := eng.ShellRules("strict")
+	if err != nil {
+		return "", err
+	}
+	sh := shellScript(100)
+	var shTimes []time.Duration
+	for i := 0; i < 200; i++ {
+		start := time.Now()
+		if v := policy.CheckShell(sh, rules); len(v) != 0 {
+			return "", fmt.Errorf("the benchmark's shell script is blocked: %v", v[0].Detail)
+		}
+		shTimes = append(shTimes, time.Since(start))
+	}
+	slices.Sort(shTimes)
+	shCost := pct(shTimes, 50)
+
+	share := func(d time.Duration) string { return fmt.Sprintf("%.1f%%", 100*float64(d)/float64(moatRun)) }
+	var b strings.Builder
+	fmt.Fprintln(&b, "| policy cost (profile default / strict) | median | share of a `moat run` of print(1) |")
+	fmt.Fprintln(&b, "|---|---:|---:|")
+	fmt.Fprintf(&b, "| Python runner, 300-line script (runner − bare python3) | %s | %s |\n", ms(pyCost), share(pyCost))
+	fmt.Fprintf(&b, "| shell checker, 100-line script | %s | %s |\n", ms(shCost), share(shCost))
+	return b.String(), nil
+}
+
+// pythonScript returns a realistic benign script of about n lines: classes, functions,
+// comprehensions, string and math work.
+func pythonScript(n int) string {
+	var b strings.Builder
+	b.WriteString("import json, math, re, statistics\nfrom collections import Counter, defaultdict\nfrom dataclasses import dataclass\n\n")
+	lines := 4
+	for i := 0; lines < n-3; i++ {
+		fmt.Fprintf(&b, `@dataclass
+class Item%[1]d:
+    name: str
+    price: float
+    tags: list
+
+    def total(self, qty: int) -> float:
+        return round(self.price * qty * (1 + 0.2 * (len(self.tags) %% 3)), 2)
+
+
+def summarize_%[1]d(items):
+    words = Counter(w for it in items for w in re.findall(r"\w+", it.name.lower()))
+    by_tag = defaultdict(list)
+    for it in items:
+        for t in it.tags:
+            by_tag[t].append(it.price)
+    stats = {t: statistics.mean(v) for t, v in by_tag.items() if v}
+    return {"top": words.most_common(3), "stats": stats, "n": len(items)}
+
+
+`, i)
+		lines += 20
+	}
+	b.WriteString("items = [Item0(f'thing {i}', math.sqrt(i + 1), ['a', 'b'][: i % 3]) for i in range(50)]\nprint(json.dumps(summarize_0(items))[:80])\n")
+	return b.String()
+}
+
+// shellScript returns a script of n lines of commands a strict profile allows.
+func shellScript(n int) string {
+	cmds := []string{
+		`ls -la /workspace | grep -v total | sort -k5 -n | tail -3`,
+		`cat data.txt 2>/dev/null | wc -l`,
+		`for f in *.txt; do [ -f "$f" ] && head -n 2 "$f"; done`,
+		`echo "$(date +%Y-%m-%d) report" | tr a-z A-Z`,
+		`awk -F, '{ s += $2 } END { print s }' data.csv 2>/dev/null || echo 0`,
+		`if [ -d out ]; then ls out | sort | uniq -c; else mkdir -p out; fi`,
+		`sed -e 's/foo/bar/g' input.txt 2>/dev/null | cut -d: -f1 | head -5`,
+		`x=$(echo hello | wc -c); echo "len $x"`,
+		`printf '%s\n' a b c | sort -r | tr '\n' ' '; echo`,
+		`grep -c error log.txt 2>/dev/null || true`,
+	}
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		b.WriteString(cmds[i%len(cmds)])
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
