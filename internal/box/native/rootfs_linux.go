@@ -28,8 +28,9 @@ const (
 var hostTrees = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
 
 // hostEtc are the only entries of the host's /etc in the box: what the dynamic loader
-// needs, the alternatives symlinks /usr/bin points into, and the time zone.
-var hostEtc = []string{"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime"}
+// needs, the alternatives symlinks /usr/bin points into, the time zone, and
+// matplotlibrc (Debian keeps matplotlib's defaults there).
+var hostEtc = []string{"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "matplotlibrc"}
 
 // devices are bind-mounted from the host's /dev; nothing else of /dev exists in the box.
 var devices = []string{"null", "zero", "full", "random", "urandom"}
