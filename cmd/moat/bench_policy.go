@@ -31,16 +31,22 @@ func policyCost(n int, moatRun time.Duration) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(dir)
+	runner := "runner.py"
 	files := map[string][]byte{"runner.py": python.Runner, "policy.json": doc, "script.py": []byte(pythonScript(300))}
+	if pyc := eng.CompiledRunner(); pyc != nil {
+		runner = "runner.pyc" // what boxes start
+		files[runner] = pyc
+	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			return "", err
 		}
 	}
 	script := filepath.Join(dir, "script.py")
-	bare := func() *exec.Cmd { return exec.Command(benchPython, "-u", script) }
+	bare := func() *exec.Cmd { return exec.Command(benchPython, "-u", "-I", script) }
 	withPolicy := func() *exec.Cmd {
-		return exec.Command(benchPython, "-u", filepath.Join(dir, "runner.py"), "--policy", filepath.Join(dir, "policy.json"), script)
+		argv := append(python.Interpreter(filepath.Join(dir, runner)), "--policy", filepath.Join(dir, "policy.json"), script)
+		return exec.Command(argv[0], argv[1:]...)
 	}
 	rows := measure([]benchCase{{"bare", bare}, {"runner", withPolicy}}, n)
 	for _, r := range rows {

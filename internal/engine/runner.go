@@ -88,3 +88,7 @@ func cacheDir() string {
 	}
 	return filepath.Join(os.TempDir(), fmt.Sprintf("moat-cache-%d", os.Getuid()))
 }
+
+// CompiledRunner returns the compiled Python runner the engine's boxes start, or nil
+// when only the source is available; for benchmarks.
+func (e *Engine) CompiledRunner() []byte { return compiledRunner(e.log) }
