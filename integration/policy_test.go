@@ -189,3 +189,51 @@ print("db postgres://app:s3cretPassw0rd@db.internal:5432/prod")
 		t.Errorf("the exact value of moat's secret env var was not redacted:\n%s", o.res.Stdout)
 	}
 }
+
+// TestConfigAndPolicyCommands: an invalid config stops moat (exit 2, every problem with
+// its line, no box), `moat config check` validates, and `moat policy check` reports
+// without running anything.
+func TestConfigAndPolicyCommands(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("profile: default\nlimits:\n  memory: lots\nprofiles:\n  web:\n    python:\n      mode: allow\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("profiles:\n  tools:\n    shell:\n      allow: [echo]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	before := snapshotHost(t)
+	o := moatExec(t, "print(1)", "run", "--config", bad, "--lang", "python")
+	if o.exit != 2 || o.stdout != "" {
+		t.Fatalf("an invalid config must stop moat with exit 2 and no output; exit %d, stdout %q", o.exit, o.stdout)
+	}
+	for _, want := range []string{"bad.yaml:3: limits.memory", "bad.yaml:7: profiles.web.python.mode"} {
+		if !strings.Contains(o.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, o.stderr)
+		}
+	}
+	checkHostClean(t, before)
+
+	if o := moatExec(t, "", "config", "check", bad); o.exit != 1 || !strings.Contains(o.stderr, "bad.yaml:7:") {
+		t.Errorf("config check of a bad file: exit %d\n%s", o.exit, o.stderr)
+	}
+	if o := moatExec(t, "", "config", "check", good); o.exit != 0 || !strings.Contains(o.stdout, "ok") || !strings.Contains(o.stdout, "tools") {
+		t.Errorf("config check of a good file: exit %d\n%s%s", o.exit, o.stdout, o.stderr)
+	}
+
+	// policy check never runs the code: its canary print must not appear.
+	o = moatExec(t, "print('RAN')\nimport socket\n", "policy", "check", "--lang", "python", "-")
+	if o.exit != 1 || !strings.Contains(o.stdout, "line 2: python.import") || strings.Contains(o.stdout, "RAN") {
+		t.Errorf("policy check python: exit %d\n%s%s", o.exit, o.stdout, o.stderr)
+	}
+	o = moatExec(t, "echo hi; curl x\n", "policy", "check", "--config", good, "--profile", "tools", "--lang", "bash", "-")
+	if o.exit != 1 || !strings.Contains(o.stdout, "shell.command") {
+		t.Errorf("policy check bash: exit %d\n%s%s", o.exit, o.stdout, o.stderr)
+	}
+	if o := moatExec(t, "print(1)\n", "policy", "check", "--lang", "python", "-"); o.exit != 0 || !strings.Contains(o.stdout, "ok") {
+		t.Errorf("policy check of benign code: exit %d\n%s%s", o.exit, o.stdout, o.stderr)
+	}
+}
