@@ -91,31 +91,26 @@ var DefaultLimits = Limits{
 }
 
 // WithDefaults returns l with every zero field taken from DefaultLimits.
-func (l Limits) WithDefaults() Limits {
-	d := DefaultLimits
-	if l.Timeout == 0 {
-		l.Timeout = d.Timeout
+func (l Limits) WithDefaults() Limits { return DefaultLimits.Merge(l) }
+
+// Merge returns l with every field that is set (non-zero) in over replacing it.
+func (l Limits) Merge(over Limits) Limits {
+	set := func(dst *int64, v int64) {
+		if v != 0 {
+			*dst = v
+		}
 	}
-	if l.Memory == 0 {
-		l.Memory = d.Memory
+	if over.Timeout != 0 {
+		l.Timeout = over.Timeout
 	}
-	if l.CPUs == 0 {
-		l.CPUs = d.CPUs
+	if over.CPUs != 0 {
+		l.CPUs = over.CPUs
 	}
-	if l.Pids == 0 {
-		l.Pids = d.Pids
-	}
-	if l.Disk == 0 {
-		l.Disk = d.Disk
-	}
-	if l.Tmp == 0 {
-		l.Tmp = d.Tmp
-	}
-	if l.Output == 0 {
-		l.Output = d.Output
-	}
-	if l.OpenFiles == 0 {
-		l.OpenFiles = d.OpenFiles
-	}
+	set(&l.Memory, over.Memory)
+	set(&l.Pids, over.Pids)
+	set(&l.Disk, over.Disk)
+	set(&l.Tmp, over.Tmp)
+	set(&l.Output, over.Output)
+	set(&l.OpenFiles, over.OpenFiles)
 	return l
 }

@@ -144,38 +144,9 @@ func (e *Engine) limits(p config.Profile, req box.Limits) (box.Limits, error) {
 		if err != nil {
 			return box.Limits{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
 		}
-		over(&out, box.Limits{Timeout: r.Timeout, Memory: r.Memory, CPUs: r.CPUs, Pids: r.Pids, Disk: r.Disk, Tmp: r.Tmp, Output: r.Output})
+		out = out.Merge(box.Limits{Timeout: r.Timeout, Memory: r.Memory, CPUs: r.CPUs, Pids: r.Pids, Disk: r.Disk, Tmp: r.Tmp, Output: r.Output})
 	}
-	over(&out, req)
-	return out, nil
-}
-
-// over copies every set (non-zero) field of b onto a.
-func over(a *box.Limits, b box.Limits) {
-	if b.Timeout != 0 {
-		a.Timeout = b.Timeout
-	}
-	if b.Memory != 0 {
-		a.Memory = b.Memory
-	}
-	if b.CPUs != 0 {
-		a.CPUs = b.CPUs
-	}
-	if b.Pids != 0 {
-		a.Pids = b.Pids
-	}
-	if b.Disk != 0 {
-		a.Disk = b.Disk
-	}
-	if b.Tmp != 0 {
-		a.Tmp = b.Tmp
-	}
-	if b.Output != 0 {
-		a.Output = b.Output
-	}
-	if b.OpenFiles != 0 {
-		a.OpenFiles = b.OpenFiles
-	}
+	return out.Merge(req), nil
 }
 
 func blocked(v []box.Violation) *box.Result {
