@@ -112,8 +112,15 @@ func TestSupport(t *testing.T) {
 			t.Errorf("support file %s", f.Path)
 		}
 	}
-	if !reflect.DeepEqual(paths, []string{RunnerPath, PolicyPath, CompiledRunnerPath}) {
-		t.Errorf("paths %v", paths)
+	if !reflect.DeepEqual(paths, []string{PolicyPath, CompiledRunnerPath}) {
+		t.Errorf("paths with bytecode %v, want the policy and the bytecode only", paths)
+	}
+	paths = nil
+	for _, f := range Support(DefaultPolicy(), nil) {
+		paths = append(paths, f.Path)
+	}
+	if !reflect.DeepEqual(paths, []string{PolicyPath, RunnerPath}) {
+		t.Errorf("paths without bytecode %v, want the policy and the source", paths)
 	}
 	if got := Interpreter(CompiledRunnerPath); !reflect.DeepEqual(got, []string{"/usr/bin/python3", "-u", "-I", CompiledRunnerPath}) {
 		t.Errorf("Interpreter %v", got)

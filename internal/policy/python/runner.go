@@ -41,17 +41,16 @@ func Interpreter(runner string) []string {
 	return []string{"/usr/bin/python3", "-u", "-I", runner}
 }
 
-// Support returns the files the engine places under /.moat for a Python run:
-// the runner (compiled too when compiled is not nil) and the policy.
+// Support returns the files the engine places under /.moat for a Python run: the
+// policy, and the runner compiled when compiled is not nil, else its source. The
+// source is not shipped beside the bytecode: every box start pays for each byte of
+// the spec, and the runner's frames are cut from tracebacks anyway.
 func Support(p Policy, compiled []byte) []box.SupportFile {
-	files := []box.SupportFile{
-		{Path: RunnerPath, Data: Runner},
-		{Path: PolicyPath, Data: p.JSON()},
-	}
+	files := []box.SupportFile{{Path: PolicyPath, Data: p.JSON()}}
 	if compiled != nil {
-		files = append(files, box.SupportFile{Path: CompiledRunnerPath, Data: compiled})
+		return append(files, box.SupportFile{Path: CompiledRunnerPath, Data: compiled})
 	}
-	return files
+	return append(files, box.SupportFile{Path: RunnerPath, Data: Runner})
 }
 
 // compileScript turns runner.py (stdin) into .pyc bytes (stdout): an unchecked
@@ -67,8 +66,7 @@ sys.stdout.buffer.write(importlib.util.MAGIC_NUMBER + (1).to_bytes(4, 'little')
 // that boxes start the runner without compiling its 1,500 lines each time (about
 // 12 ms, most of the runner's overhead). The result is only valid for the same
 // Python version inside the box; for the native backend, which runs the host's
-// /usr/bin/python3, it always is. Start the box with
-// Interpreter(CompiledRunnerPath); keep RunnerPath there too for tracebacks.
+// /usr/bin/python3, it always is. Start the box with Interpreter(CompiledRunnerPath).
 func CompileRunner(ctx context.Context, python string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, python, "-I", "-c", compileScript, RunnerPath)
 	cmd.Stdin = bytes.NewReader(Runner)
