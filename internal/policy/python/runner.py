@@ -400,17 +400,25 @@ def _protected_detail(path):
 
 # ---------------------------------------------------------------- static checks
 
-def _interesting(p, module_denied, code_objects):
+def _interesting(p, module_denied, code_objects, src=None):
     """Reports whether the compiled code touches anything the policy names, so that
     the source needs the full AST walk (about 5-10 ms). A cheap superset of what
-    _check reports: names and string constants of all code objects."""
-    if p.mode == 'allowlist' or p.sandbox:
+    _check reports: names and string constants of all code objects. In allowlist
+    mode the imports are read from the bytecode (_imports_allowed) and in sandbox
+    mode the calls that could write to a literal path (_may_write_outside); either
+    falls back to the walk when unsure. MOAT_PYTHON_STATIC_WALK=always forces the
+    walk (tests compare both paths)."""
+    allowlist = p.mode == 'allowlist'
+    if (allowlist or p.sandbox) and (src is None or sys.version_info[:2] != (3, 11)
+                                     or os.environ.get('MOAT_PYTHON_STATIC_WALK') == 'always'):
         return True
     code_type = type(code_objects[0])
     names, consts, todo = set(), [], list(code_objects)
+    codes = []
     loaded = set()  # denied builtins loaded as globals, not only attributes (re.compile)
     while todo:
         co = todo.pop()
+        codes.append(co)
         names.update(co.co_names)
         for b in p.builtins.intersection(co.co_names):
             if _loads_global(co, b):
@@ -427,9 +435,17 @@ def _interesting(p, module_denied, code_objects):
                 stack.extend(c)
     if loaded or not names.isdisjoint(p.attrs | {'__builtins__', 'builtins', 'modules'}):
         return True
-    for n in names:
-        if module_denied(n) or module_denied(n.partition('.')[0]):
+    if allowlist:
+        # The walk checks modules only in imports and in __import__('x'),
+        # importlib.import_module('x') and sys.modules['x'] ('modules' is above).
+        if '__import__' in names or 'import_module' in names:
             return True
+        if not _imports_allowed(module_denied, codes, src):
+            return True
+    else:
+        for n in names:
+            if module_denied(n) or module_denied(n.partition('.')[0]):
+                return True
     const_set = set(consts)
     words, prefixes = set(p.builtins), []
     for mod, r in p.rules.items():
@@ -451,8 +467,126 @@ def _interesting(p, module_denied, code_objects):
     if _PROTECTED in blob:
         return True
     for c in const_set:
-        if c in words or (prefixes and c.startswith(prefixes)) or module_denied(c):
+        if c in words or (prefixes and c.startswith(prefixes)) or (not allowlist and module_denied(c)):
             return True
+    if p.sandbox and _may_write_outside(codes):
+        return True
+    return False
+
+
+# CPython 3.11 opcodes (checked by a test against the opcode module).
+_CACHE, _PUSH_NULL, _LOAD_CONST, _LOAD_ATTR, _IMPORT_NAME, _IMPORT_FROM = 0, 2, 100, 106, 108, 109
+_LOAD_FAST, _LOAD_DEREF, _EXTENDED_ARG, _LOAD_CLASSDEREF, _LOAD_METHOD = 124, 137, 144, 148, 160
+
+
+def _imports_allowed(module_denied, codes, src):
+    """Reports whether every import statement of the program is allowed, reading
+    IMPORT_NAME/IMPORT_FROM from the bytecode of codes (all code objects). False
+    (walk) when unsure: a relative import, an EXTENDED_ARG, an unusual sequence, or
+    fewer import statements in the bytecode than 'import' occurs in src (the
+    compiler drops dead code such as `if 0: import x`, which the walk still sees)."""
+    if sys.version_info[:2] != (3, 11):
+        return False
+    statements = 0
+    for co in codes:
+        code = co.co_code
+        at = []
+        for op in (_IMPORT_NAME, _IMPORT_FROM):
+            i = code.find(op)
+            while i >= 0:
+                if i % 2 == 0:
+                    at.append(i)
+                i = code.find(op, i + 1)
+        if not at:
+            continue
+        at.sort()
+        names, consts = co.co_names, co.co_consts
+        positions = None
+        seen = set()
+        module = None
+        for i in at:
+            if i < 4 or code[i - 2] == _EXTENDED_ARG:
+                return False
+            name = names[code[i + 1]]
+            if code[i] == _IMPORT_FROM:
+                if module is None or module_denied(module + '.' + name):
+                    return False
+                continue
+            # LOAD_CONST level; LOAD_CONST fromlist; IMPORT_NAME name
+            if code[i - 2] != _LOAD_CONST or code[i - 4] != _LOAD_CONST or (i >= 6 and code[i - 6] == _EXTENDED_ARG):
+                return False
+            level = consts[code[i - 3]]
+            if type(level) is not int or level != 0 or module_denied(name):
+                return False
+            module = name
+            if positions is None:
+                positions = list(co.co_positions())
+            pos = positions[i // 2]
+            if pos[0] is None or pos[2] is None:
+                return False
+            seen.add((pos[0], pos[2]))
+        statements += len(seen)
+    return statements == src.count('import')
+
+
+def _write_outside(path):
+    """Reports whether the static walk refuses a literal write to path in sandbox mode."""
+    if path == _PROTECTED or path.startswith(_PROTECTED + '/'):
+        return True
+    full = path if path.startswith('/') else os.path.join(os.getcwd(), path)
+    full = os.path.normpath(full)
+    if full in _WRITE_ANYWHERE:
+        return False
+    return not any(full == d or full.startswith(d + '/') for d in _SANDBOX_DIRS)
+
+
+_WRITE_NAMES = frozenset(('open', 'write_text', 'write_bytes', 'touch', 'mkdir', 'unlink', 'rmdir',
+                          'symlink_to', 'hardlink_to', 'rename', 'replace', 'chmod'))
+
+
+def _may_write_outside(codes):
+    """Sandbox mode: reports whether some code object may pass a string constant that
+    _write_outside refuses as the first argument of a call the walk checks (open,
+    io/codecs/os.open, Path(...).write_text, ...). Conservative: any such constant
+    loaded right after a callable in a code object that names one of those calls."""
+    if sys.version_info[:2] != (3, 11):
+        return True
+    for co in codes:
+        if _WRITE_NAMES.isdisjoint(co.co_names):
+            continue
+        consts = co.co_consts
+        bad = set()
+        for k, c in enumerate(consts):
+            if type(c) is str:
+                if _write_outside(c):
+                    bad.add(k)
+            elif type(c) is tuple or type(c) is frozenset:
+                if 'file' in c or 'path' in c:
+                    return True  # keyword arguments: open(mode='w', file='/x')
+                if any(type(x) is not str or _write_outside(x) for x in c):
+                    return True
+        if not bad:
+            continue
+        code = co.co_code
+        prev = prev2 = (-1, 0)
+        ext = 0
+        for i in range(0, len(code), 2):
+            op = code[i]
+            if op == _CACHE:
+                continue
+            arg = code[i + 1] | ext
+            if op == _EXTENDED_ARG:
+                ext = arg << 8
+                continue
+            ext = 0
+            if op == _LOAD_CONST and arg in bad:
+                pop, parg = prev
+                if pop in (_LOAD_METHOD, _LOAD_ATTR) or (pop == _LOAD_GLOBAL and parg & 1):
+                    return True
+                if pop in (_LOAD_NAME, _LOAD_GLOBAL, _LOAD_FAST, _LOAD_DEREF, _LOAD_CLASSDEREF) \
+                        and prev2[0] == _PUSH_NULL:
+                    return True
+            prev2, prev = prev, (op, arg)
     return False
 
 
@@ -617,13 +751,8 @@ def _check(p, src, filename, module_denied, attr_denied):
         if path == _PROTECTED or path.startswith(_PROTECTED + '/'):
             add('python.file', _protected_detail(path), node)
             return
-        if write and p.sandbox:
-            full = path if path.startswith('/') else os.path.join(os.getcwd(), path)
-            full = os.path.normpath(full)
-            if full in _WRITE_ANYWHERE:
-                return
-            if not any(full == d or full.startswith(d + '/') for d in _SANDBOX_DIRS):
-                add('python.file', _write_detail(p, path), node)
+        if write and p.sandbox and _write_outside(path):
+            add('python.file', _write_detail(p, path), node)
 
     def is_write_mode(mode):
         return mode is not None and any(c in mode for c in 'wax+')
@@ -1470,7 +1599,7 @@ def _main(argv):
     module_denied, attr_denied = _rule_funcs(p)
     if p.mode != 'off':
         objs = [code] if tail is None else [code, tail]
-        if _interesting(p, module_denied, objs):
+        if _interesting(p, module_denied, objs, src):
             found = _check(p, src, filename, module_denied, attr_denied)
             if found:
                 for rule, detail, line in found:
