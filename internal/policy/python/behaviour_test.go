@@ -250,6 +250,9 @@ sys.path.insert(0, sys.argv[1])
 import runner
 assert opcode.opmap['LOAD_NAME'] == runner._LOAD_NAME, 'LOAD_NAME'
 assert opcode.opmap['LOAD_GLOBAL'] == runner._LOAD_GLOBAL, 'LOAD_GLOBAL'
+for name in ('CACHE', 'PUSH_NULL', 'LOAD_CONST', 'LOAD_ATTR', 'IMPORT_NAME', 'IMPORT_FROM', 'LOAD_FAST',
+             'LOAD_DEREF', 'EXTENDED_ARG', 'LOAD_CLASSDEREF', 'LOAD_METHOD'):
+    assert opcode.opmap[name] == getattr(runner, '_' + name), name
 bad = []
 def nested(code):
     for c in code.co_consts:

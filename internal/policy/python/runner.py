@@ -555,18 +555,17 @@ def _may_write_outside(codes):
         if _WRITE_NAMES.isdisjoint(co.co_names):
             continue
         consts = co.co_consts
-        bad = set()
+        bad, keywords = set(), False
         for k, c in enumerate(consts):
             if type(c) is str:
                 if _write_outside(c):
                     bad.add(k)
-            elif type(c) is tuple or type(c) is frozenset:
-                if 'file' in c or 'path' in c:
-                    return True  # keyword arguments: open(mode='w', file='/x')
-                if any(type(x) is not str or _write_outside(x) for x in c):
-                    return True
+            elif type(c) is tuple and ('file' in c or 'path' in c):
+                keywords = True  # keyword arguments: open(mode='w', file='/x')
         if not bad:
             continue
+        if keywords:
+            return True
         code = co.co_code
         prev = prev2 = (-1, 0)
         ext = 0

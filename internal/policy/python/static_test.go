@@ -149,3 +149,53 @@ func TestStaticDetails(t *testing.T) {
 		}
 	}
 }
+
+// TestStaticFastPath checks that skipping the AST walk in allowlist and sandbox mode
+// (imports read from the bytecode, literal writes looked for in the constants) gives
+// the same static result as the walk, which MOAT_PYTHON_STATIC_WALK=always forces.
+func TestStaticFastPath(t *testing.T) {
+	strict := StrictPolicy()
+	sandbox := sandboxPolicy()
+	for _, tc := range []struct {
+		name   string
+		policy Policy
+		code   string
+		want   []finding
+	}{
+		{"strict allowed imports", strict, "import json, math\nfrom collections import Counter, defaultdict\n" +
+			"from os import path\nimport os.path\ndef f():\n    import re\n    from datetime import date\n    return re, date\n" +
+			"class C:\n    import random\nprint(json.dumps([math.pi > 3, Counter('aab')['a'], path.sep]), f()[0].__name__)", nil},
+		{"strict disallowed import line", strict, "import json\nx = 1\nimport socket\nimport math", []finding{{"python.import", 4}}},
+		{"strict disallowed import in function", strict, "import json\ndef f():\n    from urllib import request\n    return request",
+			[]finding{{"python.import", 4}}},
+		{"strict disallowed from-import", strict, "from collections import Counter\nfrom http import client", []finding{{"python.import", 3}}},
+		{"strict dead import", strict, "import json\nif 0:\n    import subprocess", []finding{{"python.import", 4}}},
+		{"strict import after return", strict, "def f():\n    import json; return; import socket", []finding{{"python.import", 3}}},
+		{"strict relative import", strict, "try:\n    from . import socket\nexcept ImportError:\n    pass", []finding{{"python.import", 3}}},
+		{"strict import in finally", strict, "try:\n    pass\nfinally:\n    import json\nprint(json.dumps(1))", nil},
+		{"strict import word in a string", strict, "import json\nprint('import subprocess')", nil},
+		{"strict sandbox write", strict, "import json\nopen('/etc/moat-test', 'w')", []finding{{"python.file", 3}}},
+		{"strict pathlib alias write", strict, "from pathlib import Path as P\nP('/etc/moat-test').write_text('x')", []finding{{"python.file", 3}}},
+		{"sandbox keyword write", sandbox, "import json\nopen(mode='w', file='/etc/moat-test')", []finding{{"python.file", 3}}},
+		{"sandbox variable path", sandbox, "import os\np = '/etc/hostname'\nprint(len(open(p).read()) >= 0)", nil},
+		{"sandbox write in workdir", sandbox, "with open('out.txt', 'w') as f:\n    f.write('x')", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code := "print('RAN')\n" + tc.code + "\n"
+			fast := runCode(t, tc.policy, code, runOpts{checkOnly: true})
+			walk := runCode(t, tc.policy, code, runOpts{checkOnly: true, extraEnv: []string{"MOAT_PYTHON_STATIC_WALK=always"}})
+			if fast.Exit != walk.Exit || fast.RawReport != walk.RawReport {
+				t.Fatalf("fast path and walk differ\nfast:\n%s\nwalk:\n%s", fast, walk)
+			}
+			if got := findings(fast); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("findings %v, want %v\n%s", got, tc.want, fast)
+			}
+			if tc.want == nil {
+				if o := runCode(t, tc.policy, code, runOpts{}); o.Exit != 0 || !strings.Contains(o.Stdout, "RAN") {
+					t.Errorf("want the program to run\n%s", o)
+				}
+			}
+		})
+	}
+}
