@@ -94,8 +94,8 @@ func cmdPolicy(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return exitUsage
 	}
-	f := runFlags{lang: *lang, profile: *profile, network: "none", set: map[string]bool{},
-		timeout: "30s", memory: "256MiB", cpus: "1", pids: "64", disk: "100MiB", tmp: "64MiB", output: "1MiB"}
+	f := defaultRunFlags()
+	f.lang, f.profile = *lang, *profile
 	req, cleanup, err := buildRequest(&f, pos, stdin)
 	defer cleanup()
 	if err != nil {

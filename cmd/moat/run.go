@@ -56,21 +56,29 @@ type runFlags struct {
 	set                                                                    map[string]bool // flags given on the command line
 }
 
+// defaultRunFlags are the flag values when none is given (the README's defaults).
+func defaultRunFlags() runFlags {
+	return runFlags{
+		timeout: "30s", memory: "256MiB", cpus: "1", pids: "64", disk: "100MiB", tmp: "64MiB",
+		output: "1MiB", network: "none", backend: "native", set: map[string]bool{},
+	}
+}
+
 func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("moat run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var f runFlags
+	f := defaultRunFlags()
 	fs.StringVar(&f.lang, "lang", "", "language: python|bash (default: from FILE's extension)")
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON result object on stdout")
-	fs.StringVar(&f.timeout, "timeout", "30s", "wall-clock limit (Go duration)")
-	fs.StringVar(&f.memory, "memory", "256MiB", "memory limit")
-	fs.StringVar(&f.cpus, "cpus", "1", "CPU limit in cores (e.g. 0.5, 2)")
-	fs.StringVar(&f.pids, "pids", "64", "limit on processes and threads")
-	fs.StringVar(&f.disk, "disk", "100MiB", "size of the writable workspace")
-	fs.StringVar(&f.tmp, "tmp", "64MiB", "size of /tmp")
-	fs.StringVar(&f.output, "output-limit", "1MiB", "bytes of output kept per stream (head and tail)")
-	fs.StringVar(&f.network, "network", "none", "network mode: none")
-	fs.StringVar(&f.backend, "backend", "native", "backend: native")
+	fs.StringVar(&f.timeout, "timeout", f.timeout, "wall-clock limit (Go duration)")
+	fs.StringVar(&f.memory, "memory", f.memory, "memory limit")
+	fs.StringVar(&f.cpus, "cpus", f.cpus, "CPU limit in cores (e.g. 0.5, 2)")
+	fs.StringVar(&f.pids, "pids", f.pids, "limit on processes and threads")
+	fs.StringVar(&f.disk, "disk", f.disk, "size of the writable workspace")
+	fs.StringVar(&f.tmp, "tmp", f.tmp, "size of /tmp")
+	fs.StringVar(&f.output, "output-limit", f.output, "bytes of output kept per stream (head and tail)")
+	fs.StringVar(&f.network, "network", f.network, "network mode: none")
+	fs.StringVar(&f.backend, "backend", f.backend, "backend: native")
 	fs.Var(&f.files, "file", "copy host file SRC into the workspace, as DEST if given: SRC[:DEST] (repeatable)")
 	fs.Var(&f.env, "env", "set KEY=VALUE in the code's environment (repeatable)")
 	fs.StringVar(&f.configPath, "config", "", "config file (default: the first of "+strings.Join(config.SearchPath(), ", ")+")")
@@ -137,7 +145,7 @@ func newEngine(configPath string) (*engine.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return engine.New(cfg, &native.Backend{}, engine.Environ(), nil)
+	return engine.New(cfg, &native.Backend{}, os.Environ(), nil)
 }
 
 func loadConfig(configPath string) (*config.Config, error) {

@@ -3,6 +3,7 @@ package box
 import (
 	"fmt"
 	"io"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -77,9 +78,6 @@ func (c *Capture) writeTail(p []byte) {
 	}
 }
 
-// Limit is the cap given to NewCapture.
-func (c *Capture) Limit() int64 { return c.limit }
-
 // Total is the number of bytes the stream produced.
 func (c *Capture) Total() int64 { return c.total }
 
@@ -123,4 +121,17 @@ func trimPartialStart(b []byte) []byte {
 		}
 	}
 	return b
+}
+
+// LastLine returns the last non-empty line of s, cut to max bytes, for messages that
+// quote what a box printed.
+func LastLine(s string, max int) string {
+	s = strings.TrimRight(s, "\n")
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if len(s) > max {
+		s = string(trimPartialEnd([]byte(s[:max])))
+	}
+	return s
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -253,9 +252,6 @@ func secretValues(fc config.Filter, environ []string) []string {
 	return out
 }
 
-// Environ is the process environment, for New.
-func Environ() []string { return os.Environ() }
-
 // Check reports what the profile would block in req's code without running it: shell
 // scripts are checked here; Python is checked by the runner's static pass in a box
 // (the code itself never starts). It returns the profile's name and the violations.
@@ -287,7 +283,7 @@ func (e *Engine) Check(ctx context.Context, req *Request) (string, []box.Violati
 	e.applyReport(res)
 	if res.Status == box.StatusError && len(res.Violations) == 0 {
 		// The code does not parse: the runner printed the SyntaxError.
-		return name, []box.Violation{{Rule: "python.syntax", Detail: lastLine(res.Stderr)}}, nil
+		return name, []box.Violation{{Rule: "python.syntax", Detail: box.LastLine(res.Stderr, maxSyntaxDetail)}}, nil
 	}
 	return name, res.Violations, nil
 }
@@ -295,13 +291,8 @@ func (e *Engine) Check(ctx context.Context, req *Request) (string, []box.Violati
 // checkTimeout bounds a policy check, which parses but never runs the code.
 const checkTimeout = 10 * time.Second
 
-func lastLine(s string) string {
-	s = strings.TrimRight(s, "\n")
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		return s[i+1:]
-	}
-	return s
-}
+// maxSyntaxDetail bounds the quoted SyntaxError line of a policy check.
+const maxSyntaxDetail = 1 << 10
 
 // PolicyDocument returns the Python runner's policy for a profile (empty: the config's
 // default), as the box receives it; for benchmarks and debugging.

@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -197,8 +196,8 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 	flood := make(chan struct{}, 2)
 	var readers sync.WaitGroup
 	readers.Add(2)
-	go drain(&readers, stdoutR, outSink, flood)
-	go drain(&readers, stderrR, errSink, flood)
+	go drain(&readers, stdoutR, outSink, lim.Output, flood)
+	go drain(&readers, stderrR, errSink, lim.Output, flood)
 	var reportData []byte
 	reportDone := make(chan struct{})
 	if reportR != nil {
@@ -302,7 +301,7 @@ wait:
 	case msg.Kind == "error":
 		return nil, &ChildError{Step: msg.Step, Errno: syscall.Errno(msg.Errno), Detail: msg.Detail}
 	case msg.Kind != "exit":
-		return nil, fmt.Errorf("box init ended without a result (%v, %s); its last output: %q", waitErr, msg.Detail, lastLine(errCap.String()))
+		return nil, fmt.Errorf("box init ended without a result (%v, %s); its last output: %q", waitErr, msg.Detail, box.LastLine(errCap.String(), 300))
 	case oomKills > 0 && msg.ExitCode != 0:
 		res.Status, res.ExitCode = box.StatusMemoryLimit, msg.ExitCode
 	case msg.Signal != 0:
@@ -365,19 +364,19 @@ type filterResult struct {
 }
 
 // drain copies one output pipe into its sink (the filter, then the capture) and
-// reports a flood once. Flood detection counts raw bytes, before any filter.
-func drain(wg *sync.WaitGroup, r io.Reader, sink io.Writer, flood chan<- struct{}) {
+// reports a flood once. Flood detection counts raw bytes, before any filter, against
+// the stream's cap.
+func drain(wg *sync.WaitGroup, r io.Reader, sink io.Writer, capBytes int64, flood chan<- struct{}) {
 	defer wg.Done()
 	buf := make([]byte, readChunk)
 	var total int64
-	c, capped := sinkCapture(sink)
 	reported := false
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
 			_, _ = sink.Write(buf[:n]) // a filter error must not stop the draining
 			total += int64(n)
-			if !reported && capped && box.Flooded(total, c.Limit()) {
+			if !reported && box.Flooded(total, capBytes) {
 				reported = true
 				flood <- struct{}{}
 			}
@@ -388,24 +387,12 @@ func drain(wg *sync.WaitGroup, r io.Reader, sink io.Writer, flood chan<- struct{
 	}
 }
 
-// filteredSink is the writer chain of one stream: the engine's filter, then the capture.
-type filteredSink struct {
-	io.WriteCloser
-	capture *box.Capture
-}
-
-func filtered(filter func(io.Writer) io.WriteCloser, c *box.Capture) filteredSink {
+// filtered is the writer chain of one stream: the engine's filter, then the capture.
+func filtered(filter func(io.Writer) io.WriteCloser, c *box.Capture) io.WriteCloser {
 	if filter == nil {
-		return filteredSink{WriteCloser: nopCloser{c}, capture: c}
+		return nopCloser{c}
 	}
-	return filteredSink{WriteCloser: filter(c), capture: c}
-}
-
-func sinkCapture(w io.Writer) (*box.Capture, bool) {
-	if f, ok := w.(filteredSink); ok {
-		return f.capture, true
-	}
-	return nil, false
+	return filter(c)
 }
 
 type nopCloser struct{ io.Writer }
@@ -571,16 +558,4 @@ func startError(err error, rootless bool) error {
 		return fmt.Errorf("start box init: %w: %v (%s)", ErrNoUserNS, err, hint)
 	}
 	return fmt.Errorf("start box init: %w", err)
-}
-
-// lastLine returns the last non-empty line of s, at most 300 bytes, for error messages.
-func lastLine(s string) string {
-	s = strings.TrimRight(s, "\n")
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		s = s[i+1:]
-	}
-	if len(s) > 300 {
-		s = s[:300]
-	}
-	return s
 }
