@@ -6,6 +6,7 @@ import (
 	"regexp/syntax"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // DefaultMaxLen is the MaxLen NewRule gives a rule configured with max_len 0.
@@ -303,9 +304,12 @@ func asciiFold(words ...string) string {
 	return strings.Join(alts, "|")
 }
 
+// The rules are compiled on first use, not at package init: every process of the
+// moat binary (the box's init among them) would otherwise pay ~3 ms for regexes only
+// the engine needs.
 var (
-	builtDefault = buildAll(defaultRules)
-	builtOptIn   = buildAll(optInRules)
+	builtDefault = sync.OnceValue(func() []Rule { return buildAll(defaultRules) })
+	builtOptIn   = sync.OnceValue(func() []Rule { return buildAll(optInRules) })
 )
 
 func buildAll(bs []builtin) []Rule {
@@ -358,7 +362,7 @@ func (b builtin) build() Rule {
 // All rules but private_key, aws_secret_key and url_credentials also require that the
 // match not directly follow a letter, digit or underscore (nor '-', for jwt). The returned slice is a
 // copy; its Patterns are shared and safe for concurrent use.
-func DefaultRules() []Rule { return slices.Clone(builtDefault) }
+func DefaultRules() []Rule { return slices.Clone(builtDefault()) }
 
 // OptInRules returns the rules that are known but off by default because what they
 // match is often legitimate output:
@@ -369,11 +373,11 @@ func DefaultRules() []Rule { return slices.Clone(builtDefault) }
 //     /mnt, /media, /Users, /private, /proc, /sys, /boot, /run and /snap.
 //   - generic_secret_assignment: the value in "password = ...", "api_key: ...",
 //     "TOKEN=..." and similar (8 to 200 characters).
-func OptInRules() []Rule { return slices.Clone(builtOptIn) }
+func OptInRules() []Rule { return slices.Clone(builtOptIn()) }
 
 // RuleByName finds a rule among DefaultRules and OptInRules.
 func RuleByName(name string) (Rule, bool) {
-	for _, set := range [][]Rule{builtDefault, builtOptIn} {
+	for _, set := range [][]Rule{builtDefault(), builtOptIn()} {
 		for _, r := range set {
 			if r.Name == name {
 				return r, true
