@@ -40,6 +40,10 @@ type execSpec struct {
 	Env  []string `json:"env"`
 	// Seccomp is the encoded filter stack, as in initSpec.
 	Seccomp []byte `json:"seccomp"`
+	// Pids and AddressSpace are the code's own RLIMIT_NPROC and RLIMIT_AS (0: unset),
+	// set here right before exec, so no instruction of the code runs without them.
+	Pids         int64 `json:"pids"`
+	AddressSpace int64 `json:"address_space"`
 }
 
 func init() { childproc.Add(ExecRole, runExec) }
@@ -129,6 +133,9 @@ func runExec() int {
 	}
 	if err := unix.CloseRange(fdExecSpec, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fail(os.NewSyscallError("close_range", err))
+	}
+	if err := setCodeRlimits(0, es.Pids, es.AddressSpace); err != nil {
+		return fail(err)
 	}
 	return fail(unix.Exec(es.Argv[0], es.Argv, es.Env))
 }

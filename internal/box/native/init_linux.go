@@ -233,26 +233,31 @@ func setRlimits(s *initSpec) error {
 	return nil
 }
 
-// codeRlimits sets the limits that must bind the code but not init's Go runtime (whose
-// threads would count against RLIMIT_NPROC and whose address space reservation exceeds
-// any useful RLIMIT_AS): the exact process limit and, without cgroups, the address space.
-// It runs right after the fork returned, while the interpreter is still loading; the
-// pids cgroup (Limits.Pids plus initReserve) bounds the box even before it.
-func codeRlimits(pid int, s *initSpec) error {
+// setCodeRlimits sets the limits that must bind the code but not init's Go runtime
+// (whose threads would count against RLIMIT_NPROC and whose address space reservation
+// exceeds any useful RLIMIT_AS): the exact process limit and, without cgroups, the
+// address space. pid 0 is the calling process.
+//
+// Rootless, the second stage calls it on itself right before exec: no window. As root,
+// init calls it on the code right after the fork returned, while the interpreter is
+// still loading; in that window the box is still bounded by the pids cgroup
+// (Limits.Pids plus initReserve) and the memory cgroup (RLIMIT_AS is only the fallback
+// when there are no cgroups).
+func setCodeRlimits(pid int, pids, addressSpace int64) error {
 	set := func(res int, name string, v int64) error {
+		if v <= 0 {
+			return nil
+		}
 		lim := unix.Rlimit{Cur: uint64(v), Max: uint64(v)}
 		if err := unix.Prlimit(pid, res, &lim, nil); err != nil {
 			return stepErr(StepRlimits, fmt.Errorf("prlimit %s=%d: %w", name, v, err))
 		}
 		return nil
 	}
-	if err := set(unix.RLIMIT_NPROC, "nproc", s.Pids); err != nil {
+	if err := set(unix.RLIMIT_NPROC, "nproc", pids); err != nil {
 		return err
 	}
-	if s.AddressSpace > 0 {
-		return set(unix.RLIMIT_AS, "as", s.AddressSpace)
-	}
-	return nil
+	return set(unix.RLIMIT_AS, "as", addressSpace)
 }
 
 // loopbackUp brings up lo in the box's empty network namespace, so code can talk to
@@ -294,7 +299,7 @@ func runCode(s *initSpec, began time.Time) (initMsg, error) {
 	argv := append(append([]string{}, s.Argv...), s.CodePath)
 	var pid int
 	if s.Rootless {
-		pid, err = startStage2(devnull, s.ReportFD, execSpec{Argv: argv, Env: s.Env, Seccomp: s.Seccomp})
+		pid, err = startStage2(devnull, s.ReportFD, execSpec{Argv: argv, Env: s.Env, Seccomp: s.Seccomp, Pids: s.Pids, AddressSpace: s.AddressSpace})
 	} else {
 		files := []uintptr{devnull.Fd(), 1, 2}
 		if s.ReportFD != 0 {
@@ -315,8 +320,8 @@ func runCode(s *initSpec, began time.Time) (initMsg, error) {
 	if s.ReportFD != 0 {
 		unix.Close(s.ReportFD) // the code holds it now; EOF reaches the parent when the box ends
 	}
-	if err == nil {
-		err = codeRlimits(pid, s)
+	if err == nil && !s.Rootless { // rootless: the second stage set them before exec
+		err = setCodeRlimits(pid, s.Pids, s.AddressSpace)
 	}
 	s.lap("fork-exec")
 	setupMicros := time.Since(began).Microseconds()
