@@ -34,6 +34,9 @@ type Result struct {
 	Warnings []string `json:"warnings"`
 	// Error explains an internal_error; empty otherwise.
 	Error string `json:"error,omitempty"`
+	// Files are the workspace files a one-shot execution asked to get back
+	// (output_files), present only when asked for.
+	Files []FileData `json:"files,omitempty"`
 
 	// Report is what the code wrote to its report channel (Spec.Report): untrusted
 	// input for the engine to parse. Not part of the JSON contract.
@@ -44,6 +47,16 @@ type Result struct {
 type Display struct {
 	MIMEType string `json:"mime_type"`
 	Data     string `json:"data"` // base64
+}
+
+// FileData is a workspace file returned with a result.
+type FileData struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+	// Data is the content, base64 encoded; empty with Error set when the file could
+	// not be returned (missing, not a regular file, over the size cap).
+	Data  string `json:"data"`
+	Error string `json:"error,omitempty"`
 }
 
 // Violation is one policy rule that refused the code.

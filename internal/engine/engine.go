@@ -63,6 +63,9 @@ type Request struct {
 	Limits box.Limits
 	Env    []string
 	Files  []box.File
+	// OutputFiles name workspace files (clean relative paths) to return in
+	// Result.Files after the code ran, each up to MaxOutputFile bytes.
+	OutputFiles []string
 	// Stdout and Stderr, when set, receive the filtered output live.
 	Stdout, Stderr io.Writer
 }

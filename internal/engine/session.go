@@ -98,3 +98,6 @@ func (e *Engine) RemoveFile(ctx context.Context, owner, id, path string) error {
 
 // Close destroys every session's box. The engine serves no session afterwards.
 func (e *Engine) Close() error { return nil }
+
+// MaxOutputFile bounds each file a one-shot execution returns (Request.OutputFiles).
+const MaxOutputFile = 16 << 20
