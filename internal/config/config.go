@@ -74,6 +74,9 @@ type Config struct {
 	Profiles map[string]Profile `yaml:"profiles"`
 	// Filter configures the output filter.
 	Filter Filter `yaml:"filter"`
+	// Server configures `moat serve`: its address, data directory, size caps,
+	// sessions and API keys. See ResolveServer.
+	Server Server `yaml:"server"`
 
 	file  string          // name given to Parse, for messages
 	lines map[string]int  // setting path -> line in file, for messages; nil if built in code

@@ -149,7 +149,7 @@ func TestParseErrors(t *testing.T) {
 		want string // a line of the error
 	}{
 		{"unknown top-level key", "isolation: strict\nisolaton: strict\n",
-			`m.yaml:2: isolaton: unknown key (want filter, isolation, limits, profile or profiles)`},
+			`m.yaml:2: isolaton: unknown key (want filter, isolation, limits, profile, profiles or server)`},
 		{"unknown nested key", "profiles:\n  web:\n    python:\n      modes: denylist\n",
 			`m.yaml:4: profiles.web.python.modes: unknown key (want allow_modules, deny_attributes, deny_builtins, deny_modules, file_access, mode or modules)`},
 		{"unknown limit", "limits:\n  memroy: 1GiB\n", `m.yaml:2: limits.memroy: unknown key`},
@@ -220,7 +220,7 @@ func TestParseErrors(t *testing.T) {
 		{"tab indentation", "profiles:\n  web:\n\tshell: {}\n", `m.yaml:3: found character that cannot start any token`},
 		{"syntax error on line 1", "a: b: c\n", `m.yaml:1: mapping values are not allowed in this context`},
 		{"unclosed flow", "limits: {pids: 1\n", `m.yaml:1: did not find expected ',' or '}'`},
-		{"not a mapping", "- strict\n", `m.yaml:1: want a mapping of settings (isolation, limits, profile, profiles, filter), got a list`},
+		{"not a mapping", "- strict\n", `m.yaml:1: want a mapping of settings (isolation, limits, profile, profiles, filter, server), got a list`},
 		{"two documents", "isolation: strict\n---\nisolation: strict\n", `m.yaml:2: more than one yaml document`},
 		{"anchor", "limits: &l {pids: 1}\n", `m.yaml:1: limits: yaml anchors and aliases are not supported (use extends to share settings)`},
 		{"merge key", "profiles:\n  web:\n    <<: {}\n", `m.yaml:3: profiles.web: yaml merge keys (<<) are not supported`},
@@ -573,7 +573,8 @@ func TestExample(t *testing.T) {
 	}
 	for _, typ := range []reflect.Type{reflect.TypeFor[Config](), reflect.TypeFor[Limits](), reflect.TypeFor[Profile](),
 		reflect.TypeFor[PythonPolicy](), reflect.TypeFor[ModuleRule](), reflect.TypeFor[ShellPolicy](),
-		reflect.TypeFor[Filter](), reflect.TypeFor[FilterRule]()} {
+		reflect.TypeFor[Filter](), reflect.TypeFor[FilterRule](), reflect.TypeFor[Server](), reflect.TypeFor[Sessions](),
+		reflect.TypeFor[APIKey](), reflect.TypeFor[Quotas]()} {
 		for key := range yamlFields(typ) {
 			if !strings.Contains(string(data), key+":") {
 				t.Errorf("example.yaml does not show %s.%s", typ.Name(), key)

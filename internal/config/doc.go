@@ -57,4 +57,19 @@
 //
 // Limits are strings in the file ("256MiB", "30s"); Limits.Resolve parses them into
 // ResolvedLimits for the engine.
+//
+// # Server
+//
+// The server section configures `moat serve`: the listen address (DefaultListen,
+// loopback), the data directory (DefaultDataDir: /var/lib/moat for root, else
+// $XDG_DATA_HOME/moat or ~/.local/share/moat), caps on request bodies and files,
+// the shutdown grace period, session lifetimes and the API keys. Each key names a
+// principal with its profiles, quotas and caps on the limits a request may ask
+// for; the key itself comes from an environment variable (key_env) or is given as
+// its SHA-256 (key_sha256), so the file never holds it. Without keys, the gate
+// generates a token in the data directory.
+//
+// Config.ResolveServer applies the defaults, reads the key_env variables and
+// returns a ResolvedServer holding only the keys' hashes. Validate checks the
+// section without reading the environment, so `moat config check` works anywhere.
 package config

@@ -9,8 +9,8 @@ import (
 
 // FuzzParse checks that Parse never panics, that every error is an *Error whose
 // problems are well-formed and point into the file, and that every config it
-// accepts is usable: valid, with every profile resolving to valid limits. Seeds
-// are in testdata/fuzz/FuzzParse.
+// accepts is usable: valid, with every profile resolving to valid limits and the
+// server section resolving. Seeds are in testdata/fuzz/FuzzParse.
 func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse("fuzz.yaml", data)
@@ -29,6 +29,11 @@ func FuzzParse(f *testing.F) {
 			if _, err := p.Limits.Resolve(); err != nil {
 				t.Fatalf("profile %q: limits: %v", name, err)
 			}
+		}
+		// Every key variable holds a distinct, well-formed key.
+		fuzzEnv := func(name string) (string, bool) { return "fuzz-key-for-variable-" + name, true }
+		if _, err := c.ResolveServer(fuzzEnv); err != nil {
+			t.Fatalf("ResolveServer: %v", err)
 		}
 		for _, w := range c.Warnings() {
 			if w == "" || strings.ContainsAny(w, "\n") {

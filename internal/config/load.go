@@ -85,7 +85,7 @@ func Parse(name string, data []byte) (*Config, error) {
 		return c, nil
 	}
 	if root.Kind != yaml.MappingNode {
-		ps.addLine(root.Line, "", "want a mapping of settings (isolation, limits, profile, profiles, filter), got %s", describe(root))
+		ps.addLine(root.Line, "", "want a mapping of settings (isolation, limits, profile, profiles, filter, server), got %s", describe(root))
 		return nil, ps.err()
 	}
 	w.walk(root, reflect.TypeFor[Config](), "")

@@ -37,7 +37,15 @@ var (
 //   - shell command names are bare names;
 //   - filter rule names are spelled [a-z0-9_-]+ and not both enabled and disabled;
 //     custom rules have a unique name and a valid Go regular expression that
-//     cannot match the empty string; secret_env entries are names or globs.
+//     cannot match the empty string; secret_env entries are names or globs;
+//   - server: listen is host:port; data_dir is absolute; sizes and durations
+//     parse and are positive; sessions.idle_ttl is at most max_lifetime; counts
+//     and quotas are from 1 to MaxQuota; rates read N/s, N/m or N/h; each api_keys
+//     entry has a unique principal name ([a-z0-9_-]+), exactly one of key_env (a
+//     variable name not shared with another key) and key_sha256 (64 hex digits,
+//     not shared), and profiles that exist; max_limits are checked as limits.
+//
+// Validate does not read the key_env variables: ResolveServer does.
 //
 // Whether filter rule names exist is up to the filter package: the caller checks
 // them with CheckFilterNames.
@@ -60,6 +68,7 @@ func (c *Config) Validate() error {
 		c.checkProfile(ps, name, present)
 	}
 	c.Filter.check(ps)
+	c.checkServer(ps, present, nil)
 	return ps.err()
 }
 

@@ -18,8 +18,9 @@ var commandRunners = []string{
 // Warnings lists, in plain words, the settings of a valid config that weaken
 // isolation: best_effort isolation, and for the default profile and every
 // user-defined profile, a Python policy that is off or has empty rule lists, and a
-// shell policy without rules or whose allow list contains a command runner; and
-// default filter rules turned off. The caller logs them at startup and shows them
+// shell policy without rules or whose allow list contains a command runner;
+// default filter rules turned off; and a server listening on a non-loopback
+// address (moat serves plain HTTP). The caller logs them at startup and shows them
 // in the API and console. Default() has none.
 func (c *Config) Warnings() []string {
 	var w []string
@@ -44,6 +45,13 @@ func (c *Config) Warnings() []string {
 	}
 	for _, r := range c.Filter.Disable {
 		w = append(w, fmt.Sprintf("filter rule %q is disabled: what it matches is no longer redacted from output", r))
+	}
+	if listen := c.Server.Listen; listen != "" && !loopback(listen) {
+		if len(c.Server.APIKeys) == 0 {
+			w = append(w, fmt.Sprintf("server.listen %q is not a loopback address and no api_keys are set: the generated token is the only protection, and moat serves plain HTTP, so it crosses the network in clear text", listen))
+		} else {
+			w = append(w, fmt.Sprintf("server.listen %q is not a loopback address: moat serves plain HTTP, so API keys, code and output cross the network in clear text (listen on loopback behind a TLS proxy)", listen))
+		}
 	}
 	return w
 }
