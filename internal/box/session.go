@@ -110,4 +110,9 @@ var (
 	ErrBadPath = errors.New("bad path")
 	// ErrNotRegular: the path is a directory, device, socket or other non-file.
 	ErrNotRegular = errors.New("not a regular file")
+	// ErrFileConflict: the operation clashes with what is there (a directory where a
+	// file is to be written, a directory that is not empty).
+	ErrFileConflict = errors.New("file conflict")
+	// ErrWorkspaceFull: the workspace has no room left (its disk limit).
+	ErrWorkspaceFull = errors.New("workspace full")
 )

@@ -33,6 +33,9 @@ const (
 	fdExecReport = 3 // the code's report channel (or /dev/null), kept across exec
 	fdExecSpec   = 4 // read: one frame with the argv and env
 	fdExecErr    = 5 // write: one error frame if confinement or exec fails; closed by exec
+	// fdExecRequest, when open, is a session's request pipe: moved to fd 4 once the
+	// spec is read, as the code's fd 4.
+	fdExecRequest = 6
 )
 
 type execSpec struct {
@@ -44,17 +47,25 @@ type execSpec struct {
 	// set here right before exec, so no instruction of the code runs without them.
 	Pids         int64 `json:"pids"`
 	AddressSpace int64 `json:"address_space"`
+	// Request says fd fdExecRequest is a session's request pipe, for the code's fd 4.
+	Request bool `json:"request"`
+}
+
+func stage2Files(stdin, report, spec, errw, request uintptr) []uintptr {
+	files := []uintptr{stdin, 1, 2, report, spec, errw}
+	if request != 0 {
+		files = append(files, request)
+	}
+	return files
 }
 
 func init() { childproc.Add(ExecRole, runExec) }
 
 // startStage2 forks the second stage into a nested user namespace (65534 inside = init's
 // uid), hands it argv and env, and waits until it has exec'd the code or failed.
-func startStage2(stdin *os.File, reportFD int, es execSpec) (int, error) {
-	report := stdin.Fd() // without a report channel, fd 3 is /dev/null
-	if reportFD != 0 {
-		report = uintptr(reportFD)
-	}
+// report is the code's fd 3 (/dev/null without a report channel); request, when
+// non-zero, becomes its fd 4.
+func startStage2(stdin, report, request uintptr, es execSpec) (int, error) {
 	specR, specW, err := os.Pipe()
 	if err != nil {
 		return 0, err
@@ -71,7 +82,7 @@ func startStage2(stdin *os.File, reportFD int, es execSpec) (int, error) {
 	pid, err := syscall.ForkExec("/proc/self/exe", []string{"moat-exec", ExecRole}, &syscall.ProcAttr{
 		Dir:   "/workspace",
 		Env:   []string{},
-		Files: []uintptr{stdin.Fd(), 1, 2, report, specR.Fd(), errW.Fd()},
+		Files: stage2Files(stdin, report, specR.Fd(), errW.Fd(), request),
 		Sys: &syscall.SysProcAttr{
 			Cloneflags:  unix.CLONE_NEWUSER,
 			UidMappings: ids,
@@ -125,6 +136,12 @@ func runExec() int {
 		return fail(fmt.Errorf("read exec spec: %w", err))
 	}
 	unix.Close(fdExecSpec)
+	if es.Request {
+		if err := unix.Dup3(fdExecRequest, fdExecSpec, 0); err != nil {
+			return fail(os.NewSyscallError("dup3", err))
+		}
+		unix.Close(fdExecRequest)
+	}
 	if len(es.Argv) == 0 {
 		return fail(errors.New("empty argv"))
 	}

@@ -84,6 +84,9 @@ func runInit() int {
 		}
 		return fail("setup", err)
 	}
+	if s.Session {
+		return serveSession(&s, sync)
+	}
 	msg, err := runCode(&s, began)
 	if err != nil {
 		var se *stepError
@@ -286,47 +289,19 @@ func loopbackUp() error {
 // box produces, and returns when the code itself exits. Returning ends init, and the
 // kernel then kills everything left in the PID namespace.
 func runCode(s *initSpec, began time.Time) (initMsg, error) {
-	devnull, err := os.Open("/dev/null")
-	if err != nil {
-		return initMsg{}, err
-	}
-	// Every fd but 0-2 is close-on-exec from here on: the code inherits only its stdio.
-	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
-		return initMsg{}, os.NewSyscallError("close_range", err)
-	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
-	argv := append(append([]string{}, s.Argv...), s.CodePath)
-	var pid int
-	if s.Rootless {
-		pid, err = startStage2(devnull, s.ReportFD, execSpec{Argv: argv, Env: s.Env, Seccomp: s.Seccomp, Pids: s.Pids, AddressSpace: s.AddressSpace})
-	} else {
-		files := []uintptr{devnull.Fd(), 1, 2}
-		if s.ReportFD != 0 {
-			files = append(files, uintptr(s.ReportFD)) // the code's fd 3
-		}
-		pid, err = syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
-			Dir:   "/workspace",
-			Env:   s.Env,
-			Files: files,
-			Sys: &syscall.SysProcAttr{
-				Credential: &syscall.Credential{Uid: boxUID, Gid: boxGID, Groups: []uint32{}},
-				Setsid:     true,
-				Pdeathsig:  syscall.SIGKILL,
-			},
-		})
+	if err := closeOnExec(); err != nil {
+		return initMsg{}, err
 	}
-	devnull.Close()
+	pid, err := startCode(s, append(append([]string{}, s.Argv...), s.CodePath))
 	if s.ReportFD != 0 {
 		unix.Close(s.ReportFD) // the code holds it now; EOF reaches the parent when the box ends
-	}
-	if err == nil && !s.Rootless { // rootless: the second stage set them before exec
-		err = setCodeRlimits(pid, s.Pids, s.AddressSpace)
 	}
 	s.lap("fork-exec")
 	setupMicros := time.Since(began).Microseconds()
 	if err != nil {
-		return initMsg{}, fmt.Errorf("start %s: %w", argv[0], err)
+		return initMsg{}, err
 	}
 	go func() {
 		for sig := range sigs {
@@ -347,20 +322,88 @@ func runCode(s *initSpec, began time.Time) (initMsg, error) {
 			continue // an orphan re-parented to PID 1: reaped
 		}
 		s.lap("code")
-		msg := initMsg{
-			Kind:        "exit",
-			CPUMicros:   ru.Utime.Sec*1e6 + ru.Utime.Usec + ru.Stime.Sec*1e6 + ru.Stime.Usec,
-			MaxRSSBytes: ru.Maxrss * 1024,
-			SetupMicros: setupMicros,
-			Laps:        strings.Join(s.laps, " "),
-		}
-		switch {
-		case ws.Exited():
-			msg.ExitCode = ws.ExitStatus()
-		case ws.Signaled():
-			msg.Signal = int(ws.Signal())
-			msg.ExitCode = 128 + msg.Signal
-		}
+		msg := exitMsg(ws, &ru)
+		msg.SetupMicros = setupMicros
+		msg.Laps = strings.Join(s.laps, " ")
 		return msg, nil
 	}
+}
+
+// exitMsg describes how the code ended.
+func exitMsg(ws unix.WaitStatus, ru *unix.Rusage) initMsg {
+	msg := initMsg{
+		Kind:        "exit",
+		CPUMicros:   ru.Utime.Sec*1e6 + ru.Utime.Usec + ru.Stime.Sec*1e6 + ru.Stime.Usec,
+		MaxRSSBytes: ru.Maxrss * 1024,
+	}
+	switch {
+	case ws.Exited():
+		msg.ExitCode = ws.ExitStatus()
+	case ws.Signaled():
+		msg.Signal = int(ws.Signal())
+		msg.ExitCode = 128 + msg.Signal
+	}
+	return msg
+}
+
+// closeOnExec marks every fd but 0-2 close-on-exec: the code inherits only what
+// startCode hands it.
+func closeOnExec() error {
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return os.NewSyscallError("close_range", err)
+	}
+	return nil
+}
+
+// startCode forks argv as the box's user, in a session and process group of its own,
+// with stdin /dev/null (or the request pipe, RequestOnStdin), the box's stdout and
+// stderr, the report pipe as fd 3 and the request pipe as fd 4 when there are ones.
+// Preconditions: closeOnExec has run; must be called with the OS thread locked.
+func startCode(s *initSpec, argv []string) (int, error) {
+	devnull, err := os.Open("/dev/null")
+	if err != nil {
+		return 0, err
+	}
+	defer devnull.Close()
+	stdin := devnull.Fd()
+	if s.RequestOnStdin && s.RequestFD != 0 {
+		stdin = uintptr(s.RequestFD)
+	}
+	report := devnull.Fd()
+	if s.ReportFD != 0 {
+		report = uintptr(s.ReportFD)
+	}
+	request := uintptr(0)
+	if s.RequestFD != 0 && !s.RequestOnStdin {
+		request = uintptr(s.RequestFD)
+	}
+	var pid int
+	if s.Rootless {
+		pid, err = startStage2(stdin, report, request, execSpec{Argv: argv, Env: s.Env, Seccomp: s.Seccomp, Pids: s.Pids, AddressSpace: s.AddressSpace, Request: request != 0})
+	} else {
+		files := []uintptr{stdin, 1, 2}
+		if s.ReportFD != 0 || request != 0 {
+			files = append(files, report) // the code's fd 3
+		}
+		if request != 0 {
+			files = append(files, request) // the code's fd 4
+		}
+		pid, err = syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
+			Dir:   "/workspace",
+			Env:   s.Env,
+			Files: files,
+			Sys: &syscall.SysProcAttr{
+				Credential: &syscall.Credential{Uid: boxUID, Gid: boxGID, Groups: []uint32{}},
+				Setsid:     true,
+				Pdeathsig:  syscall.SIGKILL,
+			},
+		})
+		if err == nil {
+			err = setCodeRlimits(pid, s.Pids, s.AddressSpace) // rootless: the second stage set them before exec
+		}
+	}
+	if err != nil {
+		return pid, fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	return pid, nil
 }

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/linux/cgroup"
-	"github.com/moat-sandbox/moat/internal/linux/seccomp"
 )
 
 // Host ids the box's user namespace maps to. Neither is host root, and neither owns any
@@ -56,139 +54,42 @@ func (b *Backend) log() *slog.Logger {
 
 // Run implements box.Backend.
 func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) {
-	rootless := os.Geteuid() != 0
 	lang, err := box.LookupLanguage(spec.Language)
 	if err != nil {
 		return nil, err
 	}
-	if spec.Network != "" && spec.Network != "none" {
-		return nil, fmt.Errorf("network mode %q is not supported by the native backend (only none)", spec.Network)
+	if err := checkNetwork(spec.Network); err != nil {
+		return nil, err
 	}
 	lim := spec.Limits.WithDefaults()
-	// The seccomp filter is assembled here, once per process and concurrently with
-	// starting the box, so init only loads it.
-	filterc := make(chan filterResult, 1)
-	go func() { b, err := seccomp.Encoded(); filterc <- filterResult{b, err} }()
-	res := &box.Result{}
-	start := time.Now()
-	tr := newPhaseTrace(start)
-	defer func() { tr.report(b.log()) }()
-
-	cg, cgErr := cgroup.New(boxName(), cgroup.Limits{MemoryBytes: lim.Memory, Pids: lim.Pids + initReserve, CPUs: lim.CPUs})
-	if cgErr != nil && !rootless && cgroup.Detect().Version != cgroup.None {
-		// The host has cgroups and we are root: failing to use them is a broken
-		// machine, not a reason to run the code with weaker limits.
-		return nil, fmt.Errorf("create the box's cgroup: %w", cgErr)
-	}
-	if cgErr != nil {
-		res.Warnings = append(res.Warnings, "cgroups unavailable ("+cgErr.Error()+"): memory is limited by RLIMIT_AS, processes by RLIMIT_NPROC, CPU time by RLIMIT_CPU only")
-		b.log().Debug("cgroups unavailable, falling back to rlimits", "err", cgErr) // the result's warnings say it
-	} else {
-		defer func() {
-			if err := cg.Destroy(); err != nil {
-				b.log().Error("destroy cgroup", "err", err)
-			}
-			tr.mark("destroy")
-		}()
-	}
-
-	tr.mark("cgroup")
-	exe, hostExe, err := openSelf()
-	if err != nil {
-		return nil, err
-	}
-	defer exe.Close()
-	parentSock, childSock, err := socketpair()
-	if err != nil {
-		return nil, err
-	}
-	defer parentSock.Close()
-	stdoutR, stdoutW, err := boxPipe(rootless)
-	if err != nil {
-		childSock.Close()
-		return nil, err
-	}
-	defer stdoutR.Close()
-	stderrR, stderrW, err := boxPipe(rootless)
-	if err != nil {
-		childSock.Close()
-		stdoutW.Close()
-		return nil, err
-	}
-	defer stderrR.Close()
-
 	argv := lang.Argv
 	if len(spec.Interpreter) > 0 {
 		argv = spec.Interpreter
 	}
-	is := &initSpec{
-		Support:   spec.Support,
-		Argv:      argv,
-		Env:       box.MergeEnv(spec.Env),
-		Code:      spec.Code,
-		CodePath:  lang.CodePath,
-		TmpBytes:  lim.Tmp,
-		DiskBytes: lim.Disk,
-		Pids:      lim.Pids,
-		OpenFiles: lim.OpenFiles,
-		CPUSecs:   uint64(math.Ceil(lim.Timeout.Seconds()*math.Max(lim.CPUs, 1))) + 2,
-		HostExe:   hostExe,
-		Trace:     traceEnabled,
-		Rootless:  rootless,
-	}
-	if cgErr != nil {
-		is.AddressSpace = lim.Memory
-	}
-	extra := []*os.File{childSock, exe}
-	for i, f := range spec.Files {
-		is.Files = append(is.Files, initFile{Dest: f.Dest, FD: fdFirstFile + i})
-		extra = append(extra, f.Src)
-	}
-	var reportR *os.File
-	if spec.Report {
-		var reportW *os.File
-		if reportR, reportW, err = boxPipe(rootless); err != nil {
-			return nil, err
-		}
-		defer reportR.Close()
-		defer reportW.Close()             // after Start the parent's copy is closed early, below
-		is.ReportFD = fdSync + len(extra) // ExtraFiles[i] is fd 3+i in init
-		extra = append(extra, reportW)
-	}
-
-	cmd := &exec.Cmd{
-		Path:        "/proc/self/fd/" + strconv.Itoa(fdExe),
-		Args:        []string{"moat-init", InitRole},
-		Env:         []string{},
-		Stdout:      stdoutW,
-		Stderr:      stderrW,
-		ExtraFiles:  extra,
-		SysProcAttr: initAttr(rootless),
-	}
-	if cg != nil {
-		if fd, ok := cg.FD(); ok {
-			cmd.SysProcAttr.UseCgroupFD = true
-			cmd.SysProcAttr.CgroupFD = fd
-		}
-	}
-	tr.mark("prepare")
-	err = cmd.Start()
-	tr.mark("start")
-	childSock.Close()
-	stdoutW.Close()
-	stderrW.Close()
-	if spec.Report {
-		extra[len(extra)-1].Close() // init holds the write end now
-	}
+	start := time.Now()
+	tr := newPhaseTrace(start)
+	defer func() { tr.report(b.log()) }()
+	bp, err := b.launch(launchSpec{
+		init: initSpec{
+			Support:  spec.Support,
+			Argv:     argv,
+			Env:      box.MergeEnv(spec.Env),
+			Code:     spec.Code,
+			CodePath: lang.CodePath,
+			CPUSecs:  uint64(math.Ceil(lim.Timeout.Seconds()*math.Max(lim.CPUs, 1))) + 2,
+		},
+		limits: lim,
+		files:  spec.Files,
+		report: spec.Report,
+	}, tr)
 	if err != nil {
-		return nil, startError(err, rootless)
+		return nil, err
 	}
-	kill := func() {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		if cg != nil {
-			_ = cg.Kill()
-		}
-	}
+	defer bp.release(b.log(), tr)
+	cmd, cg, rootless := bp.cmd, bp.cg, bp.rootless
+	stdoutR, stderrR, reportR := bp.stdoutR, bp.stderrR, bp.reportR
+	kill := bp.kill
+	res := &box.Result{Warnings: bp.warnings}
 	// Everything from here reads untrusted data: frames are bounded, output is capped.
 	outCap := box.NewCapture(lim.Output, spec.Stdout)
 	errCap := box.NewCapture(lim.Output, spec.Stderr)
@@ -206,27 +107,8 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 		close(reportDone)
 	}
 	msgc := make(chan initReport, 1)
-	go func() { msgc <- readReport(parentSock) }()
-	// The spec goes first so init builds the root while init is moved into the cgroup
-	// (v1); the go frame releases it once it is there.
-	filter := <-filterc
-	is.Seccomp = filter.prog
-	specErr := filter.err
-	if specErr == nil {
-		specErr = writeFrame(parentSock, is)
-	}
-	if specErr == nil && cg != nil {
-		if _, ok := cg.FD(); !ok {
-			specErr = cg.AddProc(cmd.Process.Pid)
-		}
-	}
-	tr.mark("cgroup_attach")
-	if specErr == nil {
-		specErr = writeFrame(parentSock, goFrame{Go: true})
-	}
-	if specErr != nil {
-		kill()
-	}
+	go func() { msgc <- readReport(bp.sock) }()
+	specErr := bp.handOver()
 	waitc := make(chan error, 1)
 	go func() { waitc <- cmd.Wait() }()
 

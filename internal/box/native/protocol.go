@@ -44,6 +44,13 @@ type initSpec struct {
 	Rootless bool `json:"rootless"`
 	// Trace asks init to time its steps (debug knob MOAT_DEBUG_PHASES).
 	Trace bool `json:"trace"`
+	// Session keeps init serving requests after the interpreter starts (agent_linux.go)
+	// instead of ending with the code; CodePath is then empty.
+	Session bool `json:"session"`
+	// RequestFD, when non-zero, is init's fd of the session's request pipe: the
+	// interpreter reads it as fd 4, or as its stdin with RequestOnStdin.
+	RequestFD      int  `json:"request_fd"`
+	RequestOnStdin bool `json:"request_on_stdin"`
 
 	laps []string
 	last time.Time
@@ -84,6 +91,101 @@ type initMsg struct {
 	LandlockABI int    `json:"landlock_abi"`
 	SetupMicros int64  `json:"setup_us"` // from init's start to the code's fork
 	Laps        string `json:"laps,omitempty"`
+}
+
+// Session frames, after the spec: the parent sends agentReq frames, init answers each
+// with one agentMsg (and data chunks for file contents), and tells of the
+// interpreter's end on its own ("exited"). A data chunk is a frame whose length word
+// has chunkBit set: the low bits count the raw bytes that follow; a chunk of zero
+// bytes ends the data.
+const (
+	chunkBit      = 1 << 31
+	maxChunk      = 256 << 10
+	maxAgentFrame = 4 << 20 // a listing of box.MaxListEntries entries fits
+)
+
+// Agent operations (agentReq.Op). Each is served inside the box, by init, after
+// pivot_root: no path in a request is ever resolved on the host.
+const (
+	opStart  = "start"  // start the interpreter again after it ended; answer "started"
+	opSignal = "signal" // signal the interpreter's process group; no answer
+	opPut    = "put"    // data chunks follow; write them to Path; answer "ok"
+	opGet    = "get"    // answer "file" with the size, then data chunks
+	opList   = "list"   // answer "list"
+	opRemove = "remove" // answer "ok"
+)
+
+type agentReq struct {
+	Op     string `json:"op"`
+	Path   string `json:"path,omitempty"`
+	Max    int64  `json:"max,omitempty"` // put: the data's exact size; get: the largest file to send
+	Signal int    `json:"signal,omitempty"`
+}
+
+// agentMsg is init's answer to an agentReq, or the news that the interpreter ended.
+type agentMsg struct {
+	Kind  string         `json:"kind"` // "started" | "ok" | "file" | "list" | "fail" | "exited"
+	Code  string         `json:"code,omitempty"`
+	Error string         `json:"error,omitempty"`
+	Size  int64          `json:"size,omitempty"`
+	Files []box.FileInfo `json:"files,omitempty"`
+	// exited: how the interpreter ended.
+	ExitCode int `json:"exit_code,omitempty"`
+	Signal   int `json:"signal,omitempty"`
+}
+
+// Failure codes of agentMsg.Code; the parent maps them to box errors.
+const (
+	failNotFound   = "not_found"
+	failBadPath    = "bad_path"
+	failNotRegular = "not_regular"
+	failTooLarge   = "too_large"
+	failNoSpace    = "no_space"
+	failConflict   = "conflict"
+	failOther      = "failed"
+)
+
+// writeChunk writes p (at most maxChunk bytes) as one data chunk.
+func writeChunk(w io.Writer, p []byte) error {
+	buf := make([]byte, 4+len(p))
+	binary.BigEndian.PutUint32(buf, uint32(len(p))|chunkBit)
+	copy(buf[4:], p)
+	if _, err := w.Write(buf); err != nil {
+		return fmt.Errorf("write chunk: %w", err)
+	}
+	return nil
+}
+
+// readAny reads one frame: a data chunk (returned as data, isChunk true) or a JSON
+// frame of at most max bytes decoded into v.
+func readAny(r io.Reader, max int, v any) (data []byte, isChunk bool, err error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, false, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n&chunkBit != 0 {
+		n &^= chunkBit
+		if n > maxChunk {
+			return nil, true, fmt.Errorf("data chunk of %d bytes exceeds the limit of %d", n, maxChunk)
+		}
+		data = make([]byte, n)
+		if _, err := io.ReadFull(r, data); err != nil {
+			return nil, true, fmt.Errorf("read data chunk: %w", err)
+		}
+		return data, true, nil
+	}
+	if int64(n) > int64(max) {
+		return nil, false, fmt.Errorf("frame of %d bytes exceeds the limit of %d", n, max)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, false, fmt.Errorf("read frame body: %w", err)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return nil, false, fmt.Errorf("decode frame: %w", err)
+	}
+	return nil, false, nil
 }
 
 func writeFrame(w io.Writer, v any) error {

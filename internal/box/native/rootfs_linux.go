@@ -242,7 +242,10 @@ func makeProc() error {
 // writeCode places the code and the engine's support files under /.moat, in the root
 // tmpfs that becomes read-only at pivot_root.
 func writeCode(s *initSpec) error {
-	files := append([]box.SupportFile{{Path: s.CodePath, Data: s.Code}}, s.Support...)
+	files := s.Support
+	if s.CodePath != "" { // a session has no code of its own
+		files = append([]box.SupportFile{{Path: s.CodePath, Data: s.Code}}, files...)
+	}
 	for _, f := range files {
 		if !strings.HasPrefix(f.Path, "/.moat/") || strings.Contains(f.Path, "..") {
 			return fmt.Errorf("support file %q is not under /.moat", f.Path)

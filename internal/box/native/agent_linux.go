@@ -1,0 +1,219 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// serveSession is init's life in a session box, once the box is confined: it starts the
+// interpreter, then serves the parent's requests (agentReq) on the sync socket until the
+// parent closes it, and tells the parent each time the interpreter ends. Returning
+// ends init, and with it the box.
+//
+// Every request is served here, inside the box, after pivot_root: a path in a request
+// is resolved below /workspace by the kernel (openat2 RESOLVE_BENEATH, see
+// agentfs_linux.go), never on the host. The interpreter and everything it starts run
+// as the box's user; init serves nothing to them (the sync socket is close-on-exec).
+// Preconditions: must be called with the OS thread locked (the thread Landlock
+// confined, as root).
+func serveSession(s *initSpec, sock *os.File) int {
+	if err := closeOnExec(); err != nil {
+		_ = writeFrame(sock, initMsg{Kind: "error", Step: StepExec, Detail: err.Error()})
+		return 1
+	}
+	a := &agent{s: s, sock: sock}
+	a.reaped = sync.NewCond(&a.mu)
+	go a.reap()
+	if err := a.start(); err != nil {
+		_ = a.send(initMsg{Kind: "error", Step: StepExec, Detail: err.Error()})
+		return 1
+	}
+	if err := a.send(agentMsg{Kind: "started"}); err != nil {
+		return 1
+	}
+	for {
+		var req agentReq
+		if err := readFrame(sock, maxAgentFrame, &req); err != nil {
+			return 0 // the parent is gone or broke the protocol: end the box
+		}
+		if err := a.serve(&req); err != nil {
+			return 1
+		}
+	}
+}
+
+// agent is the state of a session's init.
+type agent struct {
+	s    *initSpec
+	sock *os.File
+	wmu  sync.Mutex // one writer on the socket at a time: answers and "exited"
+
+	mu     sync.Mutex
+	pid     int  // the interpreter; 0 when it is not running
+	started bool // an interpreter was started before
+	reaped *sync.Cond
+}
+
+// send writes one frame to the parent.
+func (a *agent) send(v any) error {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	return writeFrame(a.sock, v)
+}
+
+// start forks the interpreter. The pid is recorded before the reaper can look at it.
+func (a *agent) start() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pid != 0 {
+		return nil
+	}
+	if a.started {
+		drainRequests(a.s.RequestFD)
+	}
+	a.started = true
+	pid, err := startCode(a.s, a.s.Argv)
+	if err != nil {
+		return err
+	}
+	a.pid = pid
+	return nil
+}
+
+// reap waits for every process re-parented to init; when the interpreter ends it tells
+// the parent.
+func (a *agent) reap() {
+	for {
+		var ws unix.WaitStatus
+		var ru unix.Rusage
+		wpid, err := unix.Wait4(-1, &ws, 0, &ru)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if errors.Is(err, unix.ECHILD) {
+			a.mu.Lock()
+			for a.pid == 0 { // nothing to wait for until the next start
+				a.reaped.Wait()
+			}
+			a.mu.Unlock()
+			continue
+		}
+		if err != nil {
+			return
+		}
+		a.mu.Lock()
+		mine := wpid == a.pid
+		if mine {
+			a.pid = 0
+		}
+		a.mu.Unlock()
+		if mine {
+			m := exitMsg(ws, &ru)
+			_ = a.send(agentMsg{Kind: "exited", ExitCode: m.ExitCode, Signal: m.Signal})
+		}
+	}
+}
+
+// serve answers one request. Only a broken socket is an error; a failed operation is
+// an answer.
+func (a *agent) serve(req *agentReq) error {
+	switch req.Op {
+	case opStart:
+		if err := a.start(); err != nil {
+			return a.send(agentMsg{Kind: "fail", Code: failOther, Error: err.Error()})
+		}
+		a.reaped.Broadcast()
+		return a.send(agentMsg{Kind: "started"})
+	case opSignal:
+		// Signal the interpreter's process group: it is a session leader, and what it
+		// starts in the foreground shares its group (SIGINT reaches a running command
+		// of the shell as it would from a terminal).
+		a.mu.Lock()
+		pid := a.pid
+		a.mu.Unlock()
+		sig := syscall.Signal(req.Signal)
+		if pid != 0 && (sig == unix.SIGINT || sig == unix.SIGKILL) {
+			_ = unix.Kill(-pid, sig)
+		}
+		return nil
+	case opPut:
+		err := putFile(a.sock, req.Path, req.Max, !a.s.Rootless)
+		var perr *protocolError
+		if errors.As(err, &perr) {
+			return err
+		}
+		return a.send(answer(agentMsg{Kind: "ok"}, err))
+	case opGet:
+		return getFile(a, req.Path, req.Max)
+	case opList:
+		files, err := listFiles(req.Path)
+		return a.send(answer(agentMsg{Kind: "list", Files: files}, err))
+	case opRemove:
+		return a.send(answer(agentMsg{Kind: "ok"}, removeFile(req.Path)))
+	default:
+		return a.send(agentMsg{Kind: "fail", Code: failOther, Error: fmt.Sprintf("unknown operation %q", req.Op)})
+	}
+}
+
+// answer turns an operation's error into a "fail" answer, or returns ok.
+func answer(ok agentMsg, err error) agentMsg {
+	if err == nil {
+		return ok
+	}
+	return agentMsg{Kind: "fail", Code: failCode(err), Error: err.Error()}
+}
+
+// protocolError is a broken data stream from the parent: the box ends.
+type protocolError struct{ err error }
+
+func (e *protocolError) Error() string { return "protocol: " + e.err.Error() }
+func (e *protocolError) Unwrap() error { return e.err }
+
+// readChunks reads data chunks from the parent into w until the empty chunk, refusing
+// more than max bytes in all. When w fails, the rest of the data is read and dropped
+// so that the stream stays in step; the first write error is returned.
+func readChunks(r io.Reader, w io.Writer, max int64) (int64, error) {
+	var total int64
+	var werr error
+	for {
+		var none struct{}
+		data, isChunk, err := readAny(r, 0, &none)
+		if err != nil || !isChunk {
+			if err == nil {
+				err = errors.New("expected a data chunk")
+			}
+			return total, &protocolError{err}
+		}
+		if len(data) == 0 {
+			return total, werr
+		}
+		total += int64(len(data))
+		if total > max {
+			return total, &protocolError{fmt.Errorf("more data than the %d bytes announced", max)}
+		}
+		if werr == nil {
+			_, werr = w.Write(data)
+		}
+	}
+}
+
+// drainRequests drops what an ended interpreter left unread in the request pipe (a
+// call sent as it died), so that its successor does not run it.
+func drainRequests(fd int) {
+	if fd == 0 || unix.SetNonblock(fd, true) != nil {
+		return
+	}
+	defer unix.SetNonblock(fd, false) //nolint:errcheck // as it was
+	buf := make([]byte, 64<<10)
+	for {
+		if n, err := unix.Read(fd, buf); n <= 0 || err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,796 @@
+package native
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/box"
+)
+
+// Bounds on a session's channels.
+const (
+	// maxReportLine bounds one line of the report channel (a display's PNG in base64);
+	// longer lines are dropped.
+	maxReportLine = 8 << 20
+	// maxCallReport bounds what one call's report keeps.
+	maxCallReport = 16 << 20
+	// readyTimeout bounds the interpreter's start, up to its ready line.
+	readyTimeout = 30 * time.Second
+)
+
+// StartSession implements box.SessionBackend.
+func (b *Backend) StartSession(ctx context.Context, spec *box.SessionSpec) (box.Session, error) {
+	lang, err := box.LookupLanguage(spec.Language)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkNetwork(spec.Network); err != nil {
+		return nil, err
+	}
+	argv, onStdin, err := box.SessionArgv(lang.Name)
+	if len(spec.Interpreter) > 0 {
+		argv, err = spec.Interpreter, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	lim := spec.Limits.WithDefaults()
+	tr := newPhaseTrace(time.Now())
+	bp, err := b.launch(launchSpec{
+		init: initSpec{
+			Support: spec.Support,
+			Argv:    argv,
+			Env:     box.MergeEnv(spec.Env),
+			// CPU time is bounded per call by the timeout and overall by the cgroup's
+			// bandwidth; RLIMIT_CPU would end a long session.
+			CPUSecs:        math.MaxUint64,
+			Session:        true,
+			RequestOnStdin: onStdin,
+		},
+		limits:  lim,
+		report:  true,
+		request: true,
+	}, tr)
+	if err != nil {
+		return nil, err
+	}
+	s := &session{
+		b: b, bp: bp, lang: lang.Name, lim: lim,
+		replies: make(chan reply, 4),
+		exitedc: make(chan agentMsg, 4),
+		done:    make(chan struct{}),
+		dead:    make(chan struct{}),
+		wakeR:   -1, wakeW: -1,
+	}
+	if err := s.begin(ctx); err != nil {
+		s.destroy(err)
+		<-s.done
+		return nil, err
+	}
+	return s, nil
+}
+
+// session is a native box kept alive for calls. mu serialises operations; the event
+// loop of a call runs on the caller's goroutine and reads the pipes itself (poll), so
+// output written before the interpreter's "done" line is all read before the call
+// returns.
+type session struct {
+	b    *Backend
+	bp   *boxProc
+	lang string
+	lim  box.Limits
+
+	mu         sync.Mutex // one operation at a time
+	interpDead bool       // the interpreter ended; the next call starts a new one
+	exited     *agentMsg  // how it ended (read from exitedc under mu)
+	report     []byte     // a partial report line carried over
+	isolation  []string
+	warnings   []string
+
+	// fds polled by calls (non-blocking; owned by bp's files) and the wake pipe.
+	outFD, errFD, repFD int
+	wakeR, wakeW        int
+
+	replies chan reply         // answers from init, read by the socket reader
+	exitedc chan agentMsg      // news that the interpreter ended
+
+	stateMu sync.Mutex
+	pending bool // an operation waits for an answer
+	gone    error
+	dead    chan struct{} // closed when gone is set
+	done    chan struct{} // closed once the box is released
+}
+
+// reply is one frame from init: a message or a data chunk.
+type reply struct {
+	msg     agentMsg
+	data    []byte
+	isChunk bool
+}
+
+// begin hands the spec over, waits until init has confined the box and started the
+// interpreter, bootstraps it and waits for its ready line.
+func (s *session) begin(ctx context.Context) error {
+	go s.await()
+	s.mu.Lock() // await releases the pipes under mu
+	defer s.mu.Unlock()
+	p := make([]int, 2)
+	if err := unix.Pipe2(p, unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return os.NewSyscallError("pipe2", err)
+	}
+	s.stateMu.Lock()
+	s.wakeR, s.wakeW = p[0], p[1]
+	s.stateMu.Unlock()
+	for _, f := range []*os.File{s.bp.stdoutR, s.bp.stderrR, s.bp.reportR} {
+		if err := unix.SetNonblock(int(f.Fd()), true); err != nil {
+			return os.NewSyscallError("fcntl", err)
+		}
+	}
+	s.outFD, s.errFD, s.repFD = int(s.bp.stdoutR.Fd()), int(s.bp.stderrR.Fd()), int(s.bp.reportR.Fd())
+	if err := s.bp.handOver(); err != nil {
+		return fmt.Errorf("hand the spec to box init: %w", err)
+	}
+	// Until the interpreter runs, init speaks as in a one-shot box: "confined", then
+	// "started" (or an "error" frame).
+	abi := 0
+	for {
+		var m struct {
+			initMsg
+			Kind string `json:"kind"`
+		}
+		if err := readFrame(s.bp.sock, maxInitFrame, &m); err != nil {
+			return fmt.Errorf("box init ended during setup: %w", err)
+		}
+		if m.Kind == "confined" {
+			abi = m.LandlockABI
+			continue
+		}
+		if m.Kind == "error" {
+			return &ChildError{Step: m.Step, Errno: syscall.Errno(m.Errno), Detail: m.Detail}
+		}
+		if m.Kind == "started" {
+			break
+		}
+		return fmt.Errorf("box init said %q during setup", m.Kind)
+	}
+	s.isolation = isolationList(s.bp.cg, abi, s.bp.rootless)
+	s.warnings = append(s.bp.warnings, warnings(abi)...)
+	go s.readSocket()
+	return s.awaitReady(ctx)
+}
+
+// awaitReady bootstraps a freshly started interpreter and waits for its ready line,
+// dropping what it printed meanwhile (a shell's notice that it has no job control).
+func (s *session) awaitReady(ctx context.Context) error {
+	if boot := box.SessionBootstrap(s.lang); boot != nil {
+		if err := s.writeRequest(boot); err != nil {
+			return fmt.Errorf("bootstrap the interpreter: %w", err)
+		}
+	}
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		if err := s.wait(ctx, deadline); err != nil {
+			return err
+		}
+		s.readInto(s.outFD, io.Discard, nil)
+		s.readInto(s.errFD, io.Discard, nil)
+		for _, line := range s.readReport() {
+			if l, ok := box.ParseSessionLine(line); ok && l.Kind == "ready" {
+				return nil
+			}
+		}
+		s.takeExited()
+		if s.exited != nil {
+			return fmt.Errorf("the interpreter ended as it started (exit status %d)", s.exited.ExitCode)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the interpreter was not ready within %s", readyTimeout)
+		}
+	}
+}
+
+// wait polls the output pipes, the report and the wake pipe until one is readable or
+// the deadline passes. It fails only when the session is gone or ctx ends.
+func (s *session) wait(ctx context.Context, deadline time.Time) error {
+	if err := s.Err(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ms := int(time.Until(deadline).Milliseconds()) + 1
+	ms = max(0, min(ms, 200)) // wake up now and then to see ctx and the session
+	fds := []unix.PollFd{
+		{Fd: int32(s.outFD), Events: unix.POLLIN},
+		{Fd: int32(s.errFD), Events: unix.POLLIN},
+		{Fd: int32(s.repFD), Events: unix.POLLIN},
+		{Fd: int32(s.wakeR), Events: unix.POLLIN},
+	}
+	if _, err := unix.Poll(fds, ms); err != nil && !errors.Is(err, unix.EINTR) {
+		return os.NewSyscallError("poll", err)
+	}
+	var b [64]byte
+	for {
+		if n, _ := unix.Read(s.wakeR, b[:]); n <= 0 {
+			break
+		}
+	}
+	return nil
+}
+
+// takeExited notes the interpreter's end, if init has told of it. Called under mu.
+func (s *session) takeExited() {
+	select {
+	case m := <-s.exitedc:
+		s.exited = &m
+		s.interpDead = true
+	default:
+	}
+}
+
+// wake interrupts a call's poll.
+func (s *session) wake() {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	if s.wakeW >= 0 {
+		_, _ = unix.Write(s.wakeW, []byte{1})
+	}
+}
+
+// readInto reads what fd holds now into w, counting bytes into *n.
+func (s *session) readInto(fd int, w io.Writer, n *int64) {
+	buf := make([]byte, readChunk)
+	for {
+		k, err := unix.Read(fd, buf)
+		if k <= 0 || err != nil {
+			return
+		}
+		_, _ = w.Write(buf[:k])
+		if n != nil {
+			*n += int64(k)
+		}
+	}
+}
+
+// readReport reads what the report pipe holds now and returns the complete lines.
+func (s *session) readReport() [][]byte {
+	buf := make([]byte, readChunk)
+	for {
+		k, err := unix.Read(s.repFD, buf)
+		if k <= 0 || err != nil {
+			break
+		}
+		s.report = append(s.report, buf[:k]...)
+		if len(s.report) > maxReportLine && bytes.IndexByte(s.report, '\n') < 0 {
+			s.report = s.report[:0] // an overlong line: dropped
+		}
+	}
+	var lines [][]byte
+	for {
+		i := bytes.IndexByte(s.report, '\n')
+		if i < 0 {
+			break
+		}
+		line := append([]byte(nil), s.report[:i]...)
+		s.report = s.report[i+1:]
+		if len(line) <= maxReportLine {
+			lines = append(lines, line)
+		}
+	}
+	if len(s.report) == 0 {
+		s.report = nil
+	}
+	return lines
+}
+
+// writeRequest writes to the interpreter's request channel. The write can block while
+// the interpreter is busy; a call's loop keeps reading meanwhile (writeAsync).
+func (s *session) writeRequest(p []byte) error {
+	_, err := s.bp.requestW.Write(p)
+	return err
+}
+
+func (s *session) writeAsync(p []byte) <-chan error {
+	c := make(chan error, 1)
+	go func() { c <- s.writeRequest(p); s.wake() }()
+	return c
+}
+
+// Exec implements box.Session.
+func (s *session) Exec(ctx context.Context, call *box.Call) (*box.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	s.takeExited()
+	if s.interpDead {
+		if err := s.restart(ctx); err != nil {
+			return nil, err
+		}
+	}
+	timeout := call.Timeout
+	if timeout <= 0 {
+		timeout = s.lim.Timeout
+	}
+	start := time.Now()
+	before := s.stats()
+	outCap := box.NewCapture(s.lim.Output, call.Stdout)
+	errCap := box.NewCapture(s.lim.Output, call.Stderr)
+	outSink, errSink := filtered(call.Filter, outCap), filtered(call.Filter, errCap)
+	var outN, errN int64
+	var report []byte
+	id := box.NewCallID()
+	writeErr := s.writeAsync(box.EncodeCall(s.lang, id, call.Code))
+
+	deadline := start.Add(timeout)
+	var stopFor box.Status // why the call was stopped, if it was
+	var graceEnd time.Time
+	exit, finished, lost := 0, false, false
+	interrupt := func(why box.Status) {
+		stopFor = why
+		s.signal(unix.SIGINT)
+		if p := box.EncodeInterrupt(s.lang, id); p != nil {
+			_ = s.writeAsync(p)
+		}
+		graceEnd = time.Now().Add(box.InterruptGrace)
+	}
+	for !finished {
+		werr := s.wait(context.Background(), earliest(deadline, graceEnd))
+		s.readInto(s.outFD, outSink, &outN)
+		s.readInto(s.errFD, errSink, &errN)
+		for _, line := range s.readReport() {
+			if l, ok := box.ParseSessionLine(line); ok {
+				if l.Kind == "done" && l.ID == id {
+					exit, finished = l.Exit, true
+				}
+				continue
+			}
+			if len(report)+len(line) < maxCallReport {
+				report = append(append(report, line...), '\n')
+			}
+		}
+		if finished {
+			break
+		}
+		s.takeExited()
+		if s.exited != nil { // the interpreter ended: its output is all in the pipes
+			s.readInto(s.outFD, outSink, &outN)
+			s.readInto(s.errFD, errSink, &errN)
+			exit, finished = s.exited.ExitCode, true
+			break
+		}
+		if werr != nil { // the box is gone
+			lost = true
+			break
+		}
+		select {
+		case err := <-writeErr:
+			if err != nil && !s.interpDead {
+				// The interpreter closed its request channel: it is ending; its
+				// "exited" follows.
+				s.b.log().Debug("session request write failed", "err", err)
+			}
+		default:
+		}
+		now := time.Now()
+		switch {
+		case stopFor == "" && (box.Flooded(outN, s.lim.Output) || box.Flooded(errN, s.lim.Output)):
+			stopFor = box.StatusOutputLimit
+			s.signal(unix.SIGKILL)
+			graceEnd = now.Add(box.InterruptGrace)
+		case stopFor == "" && ctx.Err() != nil:
+			interrupt(box.StatusKilled)
+		case stopFor == "" && !now.Before(deadline):
+			interrupt(box.StatusTimeout)
+		case stopFor != "" && !now.Before(graceEnd):
+			s.destroy(fmt.Errorf("%w: the code did not stop within %s of being interrupted, so its box was destroyed", box.ErrSessionLost, box.InterruptGrace))
+			lost = true
+		}
+		if lost {
+			break
+		}
+	}
+	_ = outSink.Close()
+	_ = errSink.Close()
+	res := &box.Result{
+		Stdout: outCap.String(), Stderr: errCap.String(),
+		Truncated:  outCap.Truncated() || errCap.Truncated(),
+		DurationMS: time.Since(start).Milliseconds(),
+		Isolation:  s.isolation,
+		Warnings:   append([]string(nil), s.warnings...),
+		Report:     report,
+		ExitCode:   exit,
+	}
+	after := s.stats()
+	res.Usage = box.Usage{CPUMS: (after.cpu - before.cpu).Milliseconds(), PeakMemoryBytes: after.peak}
+	oom := after.oomKills > before.oomKills
+	switch {
+	case lost && stopFor == "":
+		return nil, s.Err()
+	case lost:
+		res.Status, res.ExitCode = stopFor, -1
+		res.Stderr += fmt.Sprintf("\n[moat: %s; the session's box was destroyed and its state is lost]\n", stopReason(stopFor, timeout))
+	case stopFor == box.StatusOutputLimit:
+		res.Status, res.ExitCode = stopFor, -1
+		res.Stderr += fmt.Sprintf("\n[moat: the interpreter was killed for flooding output far past the cap of %d bytes]\n", s.lim.Output)
+	case stopFor != "":
+		res.Status, res.ExitCode = stopFor, -1
+		res.Stderr += fmt.Sprintf("\n[moat: %s; the session lives on]\n", stopReason(stopFor, timeout))
+	case s.interpDead && oom:
+		res.Status = box.StatusMemoryLimit
+		res.Stderr += fmt.Sprintf("\n[moat: killed at the memory limit of %d bytes]\n", s.lim.Memory)
+	case s.interpDead && s.exited.Signal != 0:
+		res.Status = box.StatusKilled
+	case exit != 0:
+		res.Status = box.StatusError
+	default:
+		res.Status = box.StatusOK
+	}
+	if s.interpDead && !lost {
+		res.Warnings = append(res.Warnings, "the interpreter ended: the next call starts a fresh one (variables, imports and functions are gone; files are kept)")
+	}
+	res.Normalize()
+	return res, nil
+}
+
+func stopReason(st box.Status, timeout time.Duration) string {
+	if st == box.StatusTimeout {
+		return "interrupted after the timeout of " + timeout.String()
+	}
+	return "interrupted: the request was cancelled"
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.IsZero() || a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// restart starts a new interpreter after the last one ended.
+func (s *session) restart(ctx context.Context) error {
+	m, err := s.op(agentReq{Op: opStart}, "started")
+	if err != nil {
+		return err
+	}
+	_ = m
+	s.interpDead, s.exited = false, nil
+	// What is left in the pipes belongs to the ended interpreter.
+	s.readInto(s.outFD, io.Discard, nil)
+	s.readInto(s.errFD, io.Discard, nil)
+	s.readReport()
+	s.report = nil
+	return s.awaitReady(ctx)
+}
+
+// signal asks init to signal the interpreter's process group.
+func (s *session) signal(sig unix.Signal) {
+	if err := writeFrame(s.bp.sock, agentReq{Op: opSignal, Signal: int(sig)}); err != nil {
+		s.b.log().Debug("session signal", "err", err)
+	}
+}
+
+type usage struct {
+	cpu      time.Duration
+	peak     int64
+	oomKills int64
+}
+
+func (s *session) stats() usage {
+	if s.bp.cg == nil {
+		return usage{}
+	}
+	st, err := s.bp.cg.Stats()
+	if err != nil {
+		return usage{}
+	}
+	return usage{cpu: st.CPUUsage, peak: st.PeakMemoryBytes, oomKills: st.OOMKills}
+}
+
+// readSocket reads init's frames for the session's life: answers go to the waiting
+// operation, "exited" marks the interpreter dead. Anything unexpected ends the box.
+func (s *session) readSocket() {
+	for {
+		var m agentMsg
+		data, isChunk, err := readAny(s.bp.sock, maxAgentFrame, &m)
+		if err != nil {
+			s.destroy(fmt.Errorf("%w: the box's init stopped answering (%v)", box.ErrSessionLost, err))
+			return
+		}
+		if !isChunk && m.Kind == "exited" {
+			select {
+			case s.exitedc <- m:
+			default: // the interpreter cannot end more often than it is started
+			}
+			s.wake()
+			continue
+		}
+		s.stateMu.Lock()
+		pending := s.pending
+		s.stateMu.Unlock()
+		if !pending {
+			s.destroy(fmt.Errorf("%w: the box's init sent an unexpected frame", box.ErrSessionLost))
+			return
+		}
+		select {
+		case s.replies <- reply{msg: m, data: data, isChunk: isChunk}:
+		case <-s.dead:
+			return
+		}
+	}
+}
+
+
+func (s *session) setPending(p bool) {
+	s.stateMu.Lock()
+	s.pending = p
+	s.stateMu.Unlock()
+}
+
+// next returns init's next answer.
+func (s *session) next() (reply, error) {
+	select {
+	case r := <-s.replies:
+		return r, nil
+	case <-s.dead:
+		return reply{}, s.Err()
+	}
+}
+
+// op sends one request and returns its answer, which must be of kind want or "fail".
+// Called under mu.
+func (s *session) op(req agentReq, want string) (agentMsg, error) {
+	if err := s.Err(); err != nil {
+		return agentMsg{}, err
+	}
+	s.setPending(true)
+	defer s.setPending(false)
+	if err := writeFrame(s.bp.sock, req); err != nil {
+		return agentMsg{}, s.broken(err)
+	}
+	return s.answer(want)
+}
+
+// answer reads the answer to the request in flight.
+func (s *session) answer(want string) (agentMsg, error) {
+	r, err := s.next()
+	if err != nil {
+		return agentMsg{}, err
+	}
+	switch {
+	case r.isChunk:
+		return agentMsg{}, s.broken(errors.New("a data chunk instead of an answer"))
+	case r.msg.Kind == "fail":
+		return agentMsg{}, failError(r.msg)
+	case r.msg.Kind != want:
+		return agentMsg{}, s.broken(fmt.Errorf("answer %q instead of %q", r.msg.Kind, want))
+	}
+	return r.msg, nil
+}
+
+// broken ends a session whose box no longer follows the protocol.
+func (s *session) broken(err error) error {
+	s.destroy(fmt.Errorf("%w: talking to the box's init failed (%v)", box.ErrSessionLost, err))
+	return s.Err()
+}
+
+// failError turns init's "fail" answer into a box error.
+func failError(m agentMsg) error {
+	var kind error
+	switch m.Code {
+	case failNotFound:
+		kind = box.ErrFileNotFound
+	case failBadPath:
+		kind = box.ErrBadPath
+	case failNotRegular:
+		kind = box.ErrNotRegular
+	case failTooLarge:
+		kind = box.ErrFileTooLarge
+	case failNoSpace:
+		kind = box.ErrWorkspaceFull
+	case failConflict:
+		kind = box.ErrFileConflict
+	default:
+		return fmt.Errorf("workspace operation failed: %s", workspaceDetail(m.Error))
+	}
+	return fmt.Errorf("%w: %s", kind, workspaceDetail(m.Error))
+}
+
+// workspaceDetail keeps an error from inside the box short and free of noise.
+func workspaceDetail(s string) string {
+	if len(s) > 300 {
+		s = s[:300]
+	}
+	return s
+}
+
+// PutFile implements box.Session.
+func (s *session) PutFile(ctx context.Context, path string, r io.Reader, size int64) error {
+	if _, err := cleanPath(path, false); err != nil {
+		return err
+	}
+	if size < 0 {
+		return fmt.Errorf("%w: negative size", box.ErrFileTooLarge)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.Err(); err != nil {
+		return err
+	}
+	s.setPending(true)
+	defer s.setPending(false)
+	if err := writeFrame(s.bp.sock, agentReq{Op: opPut, Path: path, Max: size}); err != nil {
+		return s.broken(err)
+	}
+	// Stream exactly size bytes; if r ends early or fails, end the data early: init
+	// then refuses the short upload and changes nothing.
+	buf := make([]byte, maxChunk)
+	var sent int64
+	var rerr error
+	for sent < size && rerr == nil && ctx.Err() == nil {
+		var n int
+		n, rerr = r.Read(buf[:min(int64(len(buf)), size-sent)])
+		if n > 0 {
+			if err := writeChunk(s.bp.sock, buf[:n]); err != nil {
+				return s.broken(err)
+			}
+			sent += int64(n)
+		}
+		if errors.Is(rerr, io.EOF) {
+			break
+		}
+	}
+	if err := writeChunk(s.bp.sock, nil); err != nil {
+		return s.broken(err)
+	}
+	_, err := s.answer("ok")
+	switch {
+	case err != nil && rerr != nil && !errors.Is(rerr, io.EOF):
+		return fmt.Errorf("read the upload: %w", rerr)
+	case err != nil && sent < size:
+		return fmt.Errorf("upload ended after %d of %d bytes", sent, size)
+	}
+	return err
+}
+
+// GetFile implements box.Session.
+func (s *session) GetFile(ctx context.Context, path string, w io.Writer, max int64) (int64, error) {
+	if _, err := cleanPath(path, false); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, err := s.op(agentReq{Op: opGet, Path: path, Max: max}, "file")
+	if err != nil {
+		return 0, err
+	}
+	s.setPending(true)
+	defer s.setPending(false)
+	var n int64
+	var werr error
+	for {
+		r, err := s.next()
+		if err != nil {
+			return n, err
+		}
+		if !r.isChunk {
+			return n, s.broken(errors.New("an answer instead of a data chunk"))
+		}
+		if len(r.data) == 0 {
+			break
+		}
+		n += int64(len(r.data))
+		if n > max {
+			return n, s.broken(fmt.Errorf("more than the %d bytes asked for", max))
+		}
+		if werr == nil {
+			_, werr = w.Write(r.data)
+		}
+	}
+	if werr != nil {
+		return n, werr
+	}
+	if n != m.Size {
+		return n, fmt.Errorf("%s changed while it was read (%d bytes announced, %d sent)", path, m.Size, n)
+	}
+	return n, nil
+}
+
+// ListFiles implements box.Session.
+func (s *session) ListFiles(ctx context.Context, dir string) ([]box.FileInfo, error) {
+	if _, err := cleanPath(dir, true); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, err := s.op(agentReq{Op: opList, Path: dir}, "list")
+	if err != nil {
+		return nil, err
+	}
+	if len(m.Files) > box.MaxListEntries {
+		m.Files = m.Files[:box.MaxListEntries]
+	}
+	if m.Files == nil {
+		m.Files = []box.FileInfo{}
+	}
+	return m.Files, nil
+}
+
+// RemoveFile implements box.Session.
+func (s *session) RemoveFile(ctx context.Context, path string) error {
+	if _, err := cleanPath(path, false); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, err := s.op(agentReq{Op: opRemove, Path: path}, "ok")
+	return err
+}
+
+// Done implements box.Session.
+func (s *session) Done() <-chan struct{} { return s.done }
+
+// Err implements box.Session.
+func (s *session) Err() error {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	return s.gone
+}
+
+// Isolation implements box.Session.
+func (s *session) Isolation() []string { return append([]string(nil), s.isolation...) }
+
+// Warnings implements box.Session.
+func (s *session) Warnings() []string { return append([]string(nil), s.warnings...) }
+
+// Close implements box.Session: it destroys the box and returns once it is gone.
+func (s *session) Close() error {
+	s.destroy(box.ErrSessionClosed)
+	<-s.done
+	return nil
+}
+
+// destroy kills the box (once) and records why; the first reason wins. The waiter
+// started by begin releases everything once init is reaped, then closes done.
+func (s *session) destroy(why error) {
+	s.stateMu.Lock()
+	first := s.gone == nil
+	if first {
+		s.gone = why
+		close(s.dead)
+	}
+	s.stateMu.Unlock()
+	if first {
+		s.bp.kill()
+		s.wake()
+	}
+}
+
+// await reaps init, then releases the box under mu (no call is polling its pipes any
+// more) and closes done.
+func (s *session) await() {
+	err := s.bp.cmd.Wait()
+	s.destroy(fmt.Errorf("%w: the box ended (%v)", box.ErrSessionLost, err))
+	s.mu.Lock()
+	s.bp.release(s.b.log(), newPhaseTrace(time.Now()))
+	s.stateMu.Lock()
+	if s.wakeR >= 0 {
+		unix.Close(s.wakeR)
+		unix.Close(s.wakeW)
+		s.wakeR, s.wakeW = -1, -1
+	}
+	s.stateMu.Unlock()
+	s.mu.Unlock()
+	close(s.done)
+}
