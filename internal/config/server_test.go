@@ -24,6 +24,7 @@ const (
 )
 
 func TestServerDefaults(t *testing.T) {
+	t.Setenv("XDG_DATA_HOME", "/xdg") // a default data directory even without HOME
 	for _, c := range []*Config{Default(), {}, mustParse(t, "server: {}\n")} {
 		r, err := c.ResolveServer(env(nil))
 		if err != nil {
