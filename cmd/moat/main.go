@@ -20,6 +20,7 @@ const usage = `moat runs untrusted Python and shell code in an isolated box.
 
 Usage:
   moat run [flags] [FILE|-]   run code in a fresh box (moat run -h for flags)
+  moat serve [flags]          serve the HTTP API (moat serve -h for flags)
   moat doctor                 what this host supports and what moat enforces here
   moat bench [-n N]           measure moat run against bare python3 (markdown table)
   moat config check [FILE]    validate a config file; errors carry line numbers
@@ -44,6 +45,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return cmdRun(args[1:], stdin, stdout, stderr)
+	case "serve":
+		return cmdServe(args[1:], stderr)
 	case "doctor":
 		return cmdDoctor(args[1:], stdout, stderr)
 	case "bench":

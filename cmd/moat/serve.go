@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/moat-sandbox/moat/internal/api"
+	"github.com/moat-sandbox/moat/internal/box/native"
+	"github.com/moat-sandbox/moat/internal/config"
+	"github.com/moat-sandbox/moat/internal/engine"
+	"github.com/moat-sandbox/moat/internal/gate"
+)
+
+const serveUsage = `Usage: moat serve [flags]
+
+Serves the HTTP API (JSON under /v1; the OpenAPI document at /v1/openapi.json) until
+SIGTERM or SIGINT; then it stops accepting requests, lets running ones finish within
+server.shutdown_grace and destroys every box.
+
+Every endpoint but /healthz needs Authorization: Bearer <token>. Without
+server.api_keys in the config, moat generates a token on first start and keeps it in
+DATA_DIR/token (mode 0600), where moat's client commands find it; other clients read
+it from there or are given it in MOAT_TOKEN.
+
+Flags:
+`
+
+// Server timeouts. There is no ReadTimeout or WriteTimeout: executions and their
+// event streams last as long as their limits allow, and the API bounds body reads
+// itself.
+const (
+	readHeaderTimeout = 10 * time.Second
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 64 << 10
+)
+
+func cmdServe(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("moat serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "", "address to listen on, host:port (default: server.listen of the config, else "+config.DefaultListen+")")
+	configPath := fs.String("config", "", "config file (default: the first of "+strings.Join(config.SearchPath(), ", ")+")")
+	dataDir := fs.String("data-dir", "", "directory for moat's state and the API token (default: server.data_dir of the config, else "+config.SystemDataDir+" for root, ~/.local/share/moat for others)")
+	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "moat serve: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+
+	cfg, err := loadConfig(*configPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "moat: %v\n", err)
+		return exitUsage
+	}
+	if *listen != "" {
+		cfg.Server.Listen = *listen
+	}
+	if *dataDir != "" {
+		cfg.Server.DataDir = *dataDir
+	}
+	srv, err := cfg.ResolveServer(nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "moat: %v\n", err)
+		return exitUsage
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	return serve(cfg, srv, log, stderr)
+}
+
+// serve runs the server until a signal; it returns moat's exit status.
+func serve(cfg *config.Config, srv config.ResolvedServer, log *slog.Logger, stderr io.Writer) int {
+	for _, w := range cfg.Warnings() {
+		log.Warn("config: " + w)
+	}
+	eng, err := engine.New(cfg, &native.Backend{}, os.Environ(), log)
+	if err != nil {
+		fmt.Fprintf(stderr, "moat: %v\n", err)
+		return exitUsage
+	}
+	defer func() {
+		if err := eng.Close(); err != nil {
+			log.Error("destroy the sessions' boxes", "err", err)
+		}
+	}()
+	g, err := gate.New(srv, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "moat: %v\n", err)
+		return exitInternal
+	}
+	switch {
+	case g.Generated():
+		fmt.Fprintf(stderr, "moat: API token written to %s (mode 0600); clients read it from there or from MOAT_TOKEN\n", g.TokenPath())
+	case g.TokenPath() != "":
+		fmt.Fprintf(stderr, "moat: API token in %s; clients read it from there or from MOAT_TOKEN\n", g.TokenPath())
+	}
+	reapBoxes(log)
+	logIsolation(log)
+
+	ln, err := net.Listen("tcp", srv.Listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "moat: %v\n", err)
+		return exitInternal
+	}
+	hs := &http.Server{
+		Handler: api.New(api.Options{
+			Engine: eng, Gate: g, Log: log, MaxBody: srv.MaxBody, MaxUpload: srv.MaxFile,
+		}),
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	fmt.Fprintf(stderr, "moat: listening on http://%s\n", ln.Addr())
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	defer signal.Stop(sig)
+	select {
+	case err := <-served:
+		log.Error("serve", "err", err)
+		return exitInternal
+	case s := <-sig:
+		log.Info("shutting down: no new requests; running ones may finish", "signal", s.String(), "grace", srv.ShutdownGrace)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), srv.ShutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(ctx); err != nil {
+		// The grace is over: closing the connections cancels the requests' contexts,
+		// which kills their boxes.
+		log.Warn("shutdown grace over: cancelling the requests still running", "err", err)
+		_ = hs.Close()
+	}
+	log.Info("stopped; destroying every session's box")
+	return 0
+}
+
+// logIsolation logs, at startup, what the native backend enforces on this host and
+// what it cannot.
+func logIsolation(log *slog.Logger) {
+	checks := native.Probe()
+	for _, c := range checks {
+		if c.OK {
+			log.Info("host: "+c.Name, "detail", c.Detail)
+		} else {
+			log.Warn("host: "+c.Name+" unavailable", "detail", c.Detail)
+		}
+	}
+	for _, line := range native.Enforced(checks) {
+		log.Info("isolation: " + line)
+	}
+}
