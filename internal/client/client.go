@@ -78,6 +78,19 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s (%s, HTTP %d)", e.Message, e.Code, e.Status)
 }
 
+// UnreachableError means no answer came from the server: it is down, the address
+// is wrong, or the connection broke.
+type UnreachableError struct {
+	URL string
+	Err error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("cannot reach moat server at %s: %v", e.URL, e.Err)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
 // Streams receive an execution's output as the server streams it. A nil Streams, or
 // one with both writers nil, asks for the result only.
 type Streams struct {
@@ -256,7 +269,7 @@ func (c *Client) send(req *http.Request) (*http.Response, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, fmt.Errorf("cannot reach moat server at %s: %w", c.base, err)
+		return nil, &UnreachableError{URL: c.base, Err: err}
 	}
 	return resp, nil
 }

@@ -245,8 +245,9 @@ func TestServerDown(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	var e *Error
-	if errors.As(err, &e) {
-		t.Fatal("a transport failure is not a server's answer")
+	var ue *UnreachableError
+	if errors.As(err, &e) || !errors.As(err, &ue) {
+		t.Fatalf("a transport failure is an *UnreachableError, not a server's answer: %T", err)
 	}
 }
 
