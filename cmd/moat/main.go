@@ -21,6 +21,8 @@ const usage = `moat runs untrusted Python and shell code in an isolated box.
 Usage:
   moat run [flags] [FILE|-]   run code in a fresh box (moat run -h for flags)
   moat serve [flags]          serve the HTTP API (moat serve -h for flags)
+  moat session COMMAND        sessions on a server: create, exec, put, get, ls, rm
+                              (moat session for details)
   moat doctor                 what this host supports and what moat enforces here
   moat bench [-n N]           measure moat run against bare python3 (markdown table)
   moat config check [FILE]    validate a config file; errors carry line numbers
@@ -47,6 +49,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdRun(args[1:], stdin, stdout, stderr)
 	case "serve":
 		return cmdServe(args[1:], stderr)
+	case "session":
+		return cmdSession(args[1:], stdin, stdout, stderr)
 	case "doctor":
 		return cmdDoctor(args[1:], stdout, stderr)
 	case "bench":

@@ -35,6 +35,9 @@ Runs Python or bash code from FILE, or from stdin when FILE is - or absent, in a
 box that is destroyed afterwards. The language is inferred from FILE's extension
 (.py, .sh, .bash) unless --lang is given.
 
+With --server URL, the run goes to a moat server (POST /v1/execute) with the same
+options, output and exit statuses; 69 when the server cannot be reached.
+
 Exit status without --json: the code's own exit status; 124 on timeout, 137 at the
 memory limit, 141 for an output flood, 126 when the policy blocked the code, 128+N when
 killed by signal N; 2 for usage errors (and an invalid config) and 70 when moat itself
@@ -50,7 +53,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 type runFlags struct {
 	lang, timeout, memory, cpus, pids, disk, tmp, output, network, backend string
-	configPath, profile                                                    string
+	configPath, profile, server                                            string
 	jsonOut                                                                bool
 	files, env                                                             multiFlag
 	set                                                                    map[string]bool // flags given on the command line
@@ -83,6 +86,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.Var(&f.env, "env", "set KEY=VALUE in the code's environment (repeatable)")
 	fs.StringVar(&f.configPath, "config", "", "config file (default: the first of "+strings.Join(config.SearchPath(), ", ")+")")
 	fs.StringVar(&f.profile, "profile", "", "policy profile: strict, default, open or one of the config (default: the config's)")
+	fs.StringVar(&f.server, "server", "", "run on the moat server at URL (moat serve) instead of in a local box; the token is $MOAT_TOKEN or the server's token file")
 	fs.Usage = func() { fmt.Fprint(stderr, runUsage); fs.PrintDefaults() }
 
 	pos, err := parseInterleaved(fs, args)
@@ -99,6 +103,9 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "moat: %v\n", err)
 		return exitUsage
+	}
+	if f.server != "" {
+		return runRemote(&f, req, stdout, stderr)
 	}
 	if f.backend != "native" {
 		fmt.Fprintf(stderr, "moat: unknown backend %q (available: native)\n", f.backend)
