@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -117,9 +118,15 @@ func serve(cfg *config.Config, srv config.ResolvedServer, log *slog.Logger, stde
 		fmt.Fprintf(stderr, "moat: %v\n", err)
 		return exitInternal
 	}
+	handler := api.New(api.Options{Engine: eng, Gate: g, Log: log, MaxBody: srv.MaxBody, MaxUpload: srv.MaxFile})
+	// inflight counts running handlers: after the grace, their boxes must be gone
+	// (each handler destroys its own) before the process exits.
+	var inflight sync.WaitGroup
 	hs := &http.Server{
-		Handler: api.New(api.Options{
-			Engine: eng, Gate: g, Log: log, MaxBody: srv.MaxBody, MaxUpload: srv.MaxFile,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			inflight.Add(1)
+			defer inflight.Done()
+			handler.ServeHTTP(w, r)
 		}),
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
@@ -147,9 +154,27 @@ func serve(cfg *config.Config, srv config.ResolvedServer, log *slog.Logger, stde
 		// which kills their boxes.
 		log.Warn("shutdown grace over: cancelling the requests still running", "err", err)
 		_ = hs.Close()
+		if !waitTimeout(&inflight, cancelWait) {
+			log.Error("requests still running after they were cancelled; exiting anyway", "waited", cancelWait)
+		}
 	}
 	log.Info("stopped; destroying every session's box")
 	return 0
+}
+
+// cancelWait bounds the wait for cancelled requests to destroy their boxes.
+const cancelWait = 10 * time.Second
+
+// waitTimeout waits for wg up to d; it reports whether wg was done.
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
 }
 
 // logIsolation logs, at startup, what the native backend enforces on this host and
