@@ -131,12 +131,13 @@ func (s *session) begin(ctx context.Context) error {
 	s.stateMu.Lock()
 	s.wakeR, s.wakeW = p[0], p[1]
 	s.stateMu.Unlock()
-	for _, f := range []*os.File{s.bp.stdoutR, s.bp.stderrR, s.bp.reportR} {
-		if err := unix.SetNonblock(int(f.Fd()), true); err != nil {
+	// Fd puts a file in blocking mode: take each fd once, then make it non-blocking.
+	s.outFD, s.errFD, s.repFD = int(s.bp.stdoutR.Fd()), int(s.bp.stderrR.Fd()), int(s.bp.reportR.Fd())
+	for _, fd := range []int{s.outFD, s.errFD, s.repFD} {
+		if err := unix.SetNonblock(fd, true); err != nil {
 			return os.NewSyscallError("fcntl", err)
 		}
 	}
-	s.outFD, s.errFD, s.repFD = int(s.bp.stdoutR.Fd()), int(s.bp.stderrR.Fd()), int(s.bp.reportR.Fd())
 	if err := s.bp.handOver(); err != nil {
 		return fmt.Errorf("hand the spec to box init: %w", err)
 	}

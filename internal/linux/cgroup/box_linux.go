@@ -310,3 +310,6 @@ func readStat(path, key string) (int64, error) {
 	}
 	return v, err
 }
+
+// Dirs returns the box's cgroup directories (one on v2, one per hierarchy on v1).
+func (b *Box) Dirs() []string { return slices.Clone(b.dirs) }

@@ -49,3 +49,6 @@ func (b *Box) Destroy() error { return nil }
 func Sweep() (int, error) {
 	return 0, fmt.Errorf("%w: cgroups exist only on linux", ErrUnavailable)
 }
+
+// Dirs returns nothing off Linux.
+func (b *Box) Dirs() []string { return nil }
