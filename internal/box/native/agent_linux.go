@@ -54,10 +54,10 @@ type agent struct {
 	sock *os.File
 	wmu  sync.Mutex // one writer on the socket at a time: answers and "exited"
 
-	mu     sync.Mutex
+	mu      sync.Mutex
 	pid     int  // the interpreter; 0 when it is not running
 	started bool // an interpreter was started before
-	reaped *sync.Cond
+	reaped  *sync.Cond
 }
 
 // send writes one frame to the parent.

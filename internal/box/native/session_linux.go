@@ -101,8 +101,8 @@ type session struct {
 	outFD, errFD, repFD int
 	wakeR, wakeW        int
 
-	replies chan reply         // answers from init, read by the socket reader
-	exitedc chan agentMsg      // news that the interpreter ended
+	replies chan reply    // answers from init, read by the socket reader
+	exitedc chan agentMsg // news that the interpreter ended
 
 	stateMu sync.Mutex
 	pending bool // an operation waits for an answer
@@ -531,7 +531,6 @@ func (s *session) readSocket() {
 		}
 	}
 }
-
 
 func (s *session) setPending(p bool) {
 	s.stateMu.Lock()
