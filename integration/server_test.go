@@ -333,10 +333,37 @@ func TestServerExecute(t *testing.T) {
 		t.Errorf("output files: %+v", res.Files)
 	}
 
+	// moat run --server: the same output and exit statuses as a local run.
+	for _, c := range []struct {
+		code string
+		args []string
+	}{
+		{"echo out; echo err >&2; exit 3", []string{"--lang", "bash"}},
+		{"print('x' * 3)", []string{"--lang", "python"}},
+		{"sleep 5", []string{"--lang", "bash", "--timeout", "1s"}},
+		{"import socket", []string{"--lang", "python"}},
+		{"print(1)", []string{"--lang", "python", "--json"}},
+	} {
+		local := moatExec(t, c.code, append([]string{"run"}, c.args...)...)
+		remote := moatExecEnv(t, []string{"MOAT_TOKEN=" + keyAlice}, c.code, append([]string{"run", "--server", s.url}, c.args...)...)
+		if remote.exit != local.exit || remote.stderr != local.stderr || (c.args[len(c.args)-1] != "--json" && remote.stdout != local.stdout) {
+			t.Errorf("moat run --server %q: exit %d stdout %q stderr %q; locally exit %d stdout %q stderr %q",
+				c.code, remote.exit, remote.stdout, remote.stderr, local.exit, local.stdout, local.stderr)
+		}
+	}
+	o := moatExecEnv(t, []string{"MOAT_TOKEN=wrong-key-0123456789"}, "print(1)", "run", "--server", s.url, "--lang", "python")
+	if o.exit != 2 || !strings.Contains(o.stderr, "refused the API token") {
+		t.Errorf("moat run --server with a wrong token: %s", o)
+	}
+
 	if code := s.stop(t, 30*time.Second); code != 0 {
 		t.Errorf("moat serve exited %d after SIGTERM, want 0", code)
 	}
 	before.check(t)
+	o = moatExecEnv(t, []string{"MOAT_TOKEN=" + keyAlice}, "print(1)", "run", "--server", s.url, "--lang", "python")
+	if o.exit != 69 || !strings.Contains(o.stderr, "cannot reach moat server at "+s.url) {
+		t.Errorf("moat run --server on a stopped server: %s", o)
+	}
 }
 
 func TestServerGeneratedToken(t *testing.T) {
