@@ -17,6 +17,7 @@ import (
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/engine"
 	"github.com/moat-sandbox/moat/internal/gate"
+	"github.com/moat-sandbox/moat/internal/session"
 )
 
 const (
@@ -335,7 +336,12 @@ func TestErrorMapping(t *testing.T) {
 		msg    string
 	}{
 		{fmt.Errorf("%w: unknown profile \"x\"", engine.ErrBadRequest), 400, CodeBadRequest, `unknown profile "x"`},
+		{session.ErrNotFound, 404, CodeNotFound, "no such session"},
+		{session.ErrBusy, 409, CodeBusy, "one at a time"},
+		{&session.LostError{ID: "s1", Reason: "the server restarted; the session's state is gone"}, 410, CodeSessionLost, "server restarted"},
 		{fmt.Errorf("call: %w", box.ErrSessionLost), 410, CodeSessionLost, "session lost"},
+		{&session.LimitError{Scope: session.ScopeOwner, Limit: 3}, 429, CodeSessionLimit, "at most 3 per owner"},
+		{session.ErrClosed, 503, CodeUnavailable, "shutting down"},
 		{fmt.Errorf("%w: data.csv", box.ErrFileNotFound), 404, CodeFileNotFound, "data.csv"},
 		{fmt.Errorf("%w: big.bin is 99 bytes", box.ErrFileTooLarge), 413, CodeFileTooLarge, "big.bin"},
 		{fmt.Errorf("%w: link resolves outside the workspace", box.ErrBadPath), 400, CodeBadPath, "outside the workspace"},
@@ -603,16 +609,16 @@ func streamBody(target string) string {
 func TestStreamingErrors(t *testing.T) {
 	t.Run("before output: plain JSON error", func(t *testing.T) {
 		f := newFixture(t)
-		f.eng.err = box.ErrSessionClosed
+		f.eng.err = session.ErrBusy
 		w := f.do(t, "POST", "/v1/sessions/s1/execute", strings.NewReader(`{"code":"1"}`), "Accept", "text/event-stream")
-		if w.Code != 404 || decodeError(t, w).Code != CodeNotFound {
+		if w.Code != 409 || decodeError(t, w).Code != CodeBusy {
 			t.Fatalf("status %d: %s", w.Code, w.Body)
 		}
 	})
 	t.Run("after output: error event", func(t *testing.T) {
 		f := newFixture(t)
 		f.eng.out = []string{"partial"}
-		f.eng.err = fmt.Errorf("%w: the box died", box.ErrSessionLost)
+		f.eng.err = &session.LostError{ID: "s1", Reason: "the box died"}
 		f.eng.errAfterOutput = true
 		w := f.do(t, "POST", "/v1/sessions/s1/execute", strings.NewReader(`{"code":"1"}`), "Accept", "text/event-stream")
 		events, _ := parseSSE(t, w.Body.String())

@@ -11,6 +11,7 @@ import (
 	"github.com/moat-sandbox/moat/internal/engine"
 	"github.com/moat-sandbox/moat/internal/filter"
 	"github.com/moat-sandbox/moat/internal/gate"
+	"github.com/moat-sandbox/moat/internal/session"
 )
 
 // Error codes: the "code" of every error body. They are part of the API contract;
@@ -104,13 +105,25 @@ func apiError(err error) (e *Error, internal bool) {
 		}
 		return &Error{Status: status, Code: code, Message: msg, RetryAfter: after}, false
 	}
+	var lost *session.LostError
+	var limit *session.LimitError
 	switch {
 	case errors.Is(err, engine.ErrBadRequest):
 		return badRequest("%s", clientMessage(err, engine.ErrBadRequest)), false
-	case errors.Is(err, box.ErrSessionLost):
+	case errors.As(err, &lost):
+		return errorf(CodeSessionLost, "session %s is lost: %s", lost.ID, filter.SanitizeError(lost.Reason)), false
+	case errors.Is(err, session.ErrLost), errors.Is(err, box.ErrSessionLost):
 		return errorf(CodeSessionLost, "%s", clientMessage(err, nil)), false
-	case errors.Is(err, box.ErrSessionClosed):
+	case errors.As(err, &limit):
+		return errorf(CodeSessionLimit, "%s", limit.Error()), false
+	case errors.Is(err, session.ErrLimit):
+		return errorf(CodeSessionLimit, "too many sessions"), false
+	case errors.Is(err, session.ErrNotFound), errors.Is(err, box.ErrSessionClosed):
 		return errorf(CodeNotFound, "no such session"), false
+	case errors.Is(err, session.ErrBusy):
+		return errorf(CodeBusy, "the session is running another call or file operation; a session serves one at a time"), false
+	case errors.Is(err, session.ErrClosed):
+		return errorf(CodeUnavailable, "the server is shutting down"), false
 	case errors.Is(err, box.ErrFileNotFound):
 		return errorf(CodeFileNotFound, "%s", clientMessage(err, nil)), false
 	case errors.Is(err, box.ErrFileTooLarge):
