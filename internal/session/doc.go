@@ -63,9 +63,9 @@
 //
 // With Options.Dir set, each live session has a record, Dir/<id>.json holding its id,
 // owner and creation time (0600, in a 0700 dir), written by Commit and removed when
-// the session ends. A process that dies without Close (a crash, kill -9) leaves its
-// records behind; the next New turns each into a tombstone with the restart reason
-// and removes it. The records hold no session state: a box does not survive its
+// the session ends by Delete, expiry or its box's death. Close keeps them, and a
+// process that dies without Close (a crash, kill -9) leaves them behind too: the next
+// New turns each into a tombstone with the restart reason and removes it. The records hold no session state: a box does not survive its
 // server, only the news of its loss does.
 //
 // Records are opened with O_CREATE|O_EXCL and O_NOFOLLOW and checked to be regular

@@ -82,7 +82,7 @@ func TestRecordsSurviveCrash(t *testing.T) {
 	}
 }
 
-func TestCloseRemovesRecords(t *testing.T) {
+func TestCloseKeepsRecordsForTheNextStart(t *testing.T) {
 	dir := t.TempDir()
 	s := newDirStore(t, dir)
 	info, _ := create(t, s, "alice", Info{})
@@ -90,12 +90,16 @@ func TestCloseRemovesRecords(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if names := dirNames(t, dir); len(names) != 0 {
-		t.Errorf("records left after Close: %v", names)
+	if names := dirNames(t, dir); len(names) != 2 {
+		t.Errorf("records after Close: %v, want both kept", names)
 	}
 	s2 := newDirStore(t, dir)
-	if _, err := s2.Get("alice", info.ID); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Get after a clean restart: %v, want ErrNotFound", err)
+	var lost *LostError
+	if _, err := s2.Get("alice", info.ID); !errors.As(err, &lost) || lost.Reason != reasonRestart {
+		t.Errorf("Get after a clean restart: %v, want lost with the restart reason", err)
+	}
+	if names := dirNames(t, dir); len(names) != 0 {
+		t.Errorf("records left after the restart: %v", names)
 	}
 }
 

@@ -135,10 +135,13 @@ type ended[B Box] struct {
 	id, owner string
 	box       B
 	reason    string // empty for Delete and Close
+	// keepRecord leaves the record in Options.Dir (Close: the next start reports the
+	// session lost).
+	keepRecord bool
 }
 
-// New returns a store. If opts.Dir holds records left by a previous run that did not
-// Close its store (a crash, kill -9), each becomes a tombstone with the reason "the
+// New returns a store. If opts.Dir holds records left by a previous run (closed, or
+// crashed, or killed with -9), each becomes a tombstone with the reason "the
 // server restarted; the session's state is gone" and the record is removed.
 // Malformed records are logged and removed. Run must be started for expiry to happen
 // on time; Close must be called.
@@ -489,8 +492,9 @@ func (s *Store[B]) Sweep() {
 	s.finish(ends...)
 }
 
-// Close closes every box (in parallel), removes the records in Options.Dir and waits
-// for the store's goroutines. Afterwards the store refuses work with ErrClosed, and a
+// Close closes every box (in parallel) and waits for the store's goroutines. It
+// keeps the records in Options.Dir: a server that restarts (cleanly or not) reports
+// those sessions lost with the restart reason, rather than unknown. Afterwards the store refuses work with ErrClosed, and a
 // pending Slot.Commit closes its box. Close returns the boxes' Close errors; calling it
 // again does nothing.
 func (s *Store[B]) Close() error {
@@ -503,7 +507,9 @@ func (s *Store[B]) Close() error {
 	close(s.done)
 	ends := make([]ended[B], 0, len(s.live))
 	for _, e := range s.live {
-		ends = append(ends, s.endLocked(e, ""))
+		d := s.endLocked(e, "")
+		d.keepRecord = true // the next start reports these sessions lost
+		ends = append(ends, d)
 	}
 	s.mu.Unlock()
 	err := s.finish(ends...)
@@ -585,7 +591,9 @@ func (s *Store[B]) finish(ends ...ended[B]) error {
 
 func (s *Store[B]) destroy(d ended[B]) error {
 	err := d.box.Close()
-	s.removeRecord(d.id)
+	if !d.keepRecord {
+		s.removeRecord(d.id)
+	}
 	log := s.log.With("session_id", d.id, "owner", d.owner)
 	if d.reason != "" {
 		log.Info("session lost", "reason", d.reason)
