@@ -14,6 +14,7 @@ import (
 	"github.com/moat-sandbox/moat/internal/filter"
 	"github.com/moat-sandbox/moat/internal/policy"
 	"github.com/moat-sandbox/moat/internal/policy/python"
+	"github.com/moat-sandbox/moat/internal/session"
 )
 
 // pythonRunner makes spec start the Python policy runner with pol: compiled when it
@@ -35,6 +36,11 @@ type Engine struct {
 	backend  box.Backend
 	log      *slog.Logger
 	redactor *filter.Redactor
+
+	// Sessions, once EnableSessions has run.
+	sessions  *session.Store[*liveSession]
+	stopSweep context.CancelFunc
+	maxFile   int64
 }
 
 // New builds an Engine. environ is moat's own environment: the values of its secret
@@ -93,6 +99,12 @@ func (e *Engine) Execute(ctx context.Context, req *Request) (*box.Result, error)
 		Limits: lim, Network: "none", Stdout: req.Stdout, Stderr: req.Stderr,
 	}
 
+	for _, p := range req.OutputFiles {
+		if _, err := box.CleanDest(p); err != nil {
+			return nil, fmt.Errorf("%w: output file %q: %w", ErrBadRequest, p, err)
+		}
+	}
+
 	// policy
 	switch lang.Name {
 	case "bash":
@@ -107,19 +119,27 @@ func (e *Engine) Execute(ctx context.Context, req *Request) (*box.Result, error)
 	// box, with the filter on the live streams
 	streams := &streamSet{red: e.redactor}
 	spec.Filter = streams.wrap
-	res, err := e.backend.Run(ctx, spec)
+	var res *box.Result
+	if len(req.OutputFiles) > 0 {
+		res, err = e.runForFiles(ctx, spec, name, prof, req.OutputFiles)
+	} else {
+		res, err = e.backend.Run(ctx, spec)
+	}
 	if err != nil {
 		return nil, err
 	}
+	e.finish(res, streams)
+	return res, nil
+}
 
-	// filter and the runner's report
+// finish applies the filter's count and the runner's report to a box's result.
+func (e *Engine) finish(res *box.Result, streams *streamSet) {
 	res.Redactions = streams.count()
 	e.applyReport(res)
 	for i, w := range res.Warnings {
 		res.Warnings[i] = filter.SanitizeError(w)
 	}
 	res.Normalize()
-	return res, nil
 }
 
 // profile resolves a profile name (empty: the config's default).

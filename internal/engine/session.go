@@ -1,12 +1,20 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/box"
+	"github.com/moat-sandbox/moat/internal/config"
+	"github.com/moat-sandbox/moat/internal/filter"
+	"github.com/moat-sandbox/moat/internal/policy"
+	"github.com/moat-sandbox/moat/internal/policy/python"
+	"github.com/moat-sandbox/moat/internal/session"
 )
 
 // SessionRequest opens a session: one box kept alive with a persistent interpreter.
@@ -19,10 +27,16 @@ type SessionRequest struct {
 	// Limits bound the box; Limits.Timeout is the default per-call timeout.
 	Limits box.Limits
 	Env    []string
-	// IdleTTL and MaxLifetime, when non-zero, override the server's defaults (and
-	// may not exceed them).
+	// IdleTTL and MaxLifetime, when non-zero, override the server's defaults; larger
+	// values are cut to them.
 	IdleTTL, MaxLifetime time.Duration
+	// MaxSessions is how many live sessions Owner may hold (its quota); zero means
+	// DefaultMaxSessions.
+	MaxSessions int
 }
+
+// DefaultMaxSessions is an owner's session quota when the request gives none.
+const DefaultMaxSessions = 8
 
 // CallRequest is one execution in a session.
 type CallRequest struct {
@@ -50,54 +64,302 @@ type SessionInfo struct {
 	Warnings  []string `json:"warnings"`
 }
 
-// errNotYet marks the session methods not wired yet.
-var errNotYet = errors.New("sessions are not available yet")
+// SessionOptions enable sessions on an engine (EnableSessions).
+type SessionOptions struct {
+	// Store configures the session store: TTLs, the total limit, the record directory.
+	Store session.Options
+	// MaxFile bounds a file downloaded from a workspace; zero means 64 MiB.
+	MaxFile int64
+}
+
+// liveSession is a session's box and what the engine needs to run calls in it.
+type liveSession struct {
+	box.Session
+	lang    string
+	profile string
+	shell   policy.ShellRules
+}
+
+// ErrNoSessions: the engine was not given a session store (EnableSessions).
+var ErrNoSessions = errors.New("sessions are not enabled")
+
+// EnableSessions gives the engine a session store and starts its sweeper. Call it
+// once, before serving; Close ends both.
+func (e *Engine) EnableSessions(opts SessionOptions) error {
+	if _, ok := e.backend.(box.SessionBackend); !ok {
+		return fmt.Errorf("the %s backend does not keep sessions", e.backend.Name())
+	}
+	if opts.Store.Log == nil {
+		opts.Store.Log = e.log
+	}
+	st, err := session.New[*liveSession](opts.Store)
+	if err != nil {
+		return err
+	}
+	if opts.MaxFile <= 0 {
+		opts.MaxFile = 64 << 20
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.sessions, e.stopSweep, e.maxFile = st, cancel, opts.MaxFile
+	go st.Run(ctx)
+	return nil
+}
 
 // CreateSession starts a session for req.Owner and returns its description. It fails
 // with ErrBadRequest (wrapped) for a bad language, profile or limit, and with
 // session.ErrLimit when the owner or the server has too many sessions.
 func (e *Engine) CreateSession(ctx context.Context, req *SessionRequest) (SessionInfo, error) {
-	return SessionInfo{}, errNotYet
+	if e.sessions == nil {
+		return SessionInfo{}, ErrNoSessions
+	}
+	lang, err := box.LookupLanguage(req.Language)
+	if err != nil {
+		return SessionInfo{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	name, prof, err := e.profile(req.Profile)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	lim, err := e.limits(prof, req.Limits)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	if req.IdleTTL < 0 || req.MaxLifetime < 0 {
+		return SessionInfo{}, fmt.Errorf("%w: idle TTL and maximum lifetime must be positive", ErrBadRequest)
+	}
+	max := req.MaxSessions
+	if max == 0 {
+		max = DefaultMaxSessions
+	}
+	slot, err := e.sessions.Reserve(req.Owner, max)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	spec := &box.SessionSpec{Language: lang.Name, Env: req.Env, Limits: lim, Network: "none"}
+	if lang.Name == "python" {
+		e.pythonSession(spec, pythonPolicy(name, prof))
+	}
+	sb, err := e.backend.(box.SessionBackend).StartSession(ctx, spec)
+	if err != nil {
+		slot.Cancel()
+		return SessionInfo{}, err
+	}
+	ls := &liveSession{Session: sb, lang: lang.Name, profile: name,
+		shell: policy.ShellRules{Profile: name, Allow: prof.Shell.Allow, Deny: prof.Shell.Deny}}
+	info, err := slot.Commit(session.Info{Language: lang.Name, Profile: name, IdleTTL: req.IdleTTL, MaxLifetime: req.MaxLifetime}, ls)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	return sessionInfo(info, ls), nil
+}
+
+func sessionInfo(in session.Info, ls *liveSession) SessionInfo {
+	out := SessionInfo{
+		ID: in.ID, Language: in.Language, Profile: in.Profile, State: "idle",
+		CreatedAt: in.CreatedAt, LastUsed: in.LastUsed, ExpiresAt: in.ExpiresAt, Calls: in.Calls,
+		Isolation: []string{}, Warnings: []string{},
+	}
+	if in.Busy {
+		out.State = "busy"
+	}
+	if ls != nil {
+		out.Isolation = ls.Isolation()
+		out.Warnings = ls.Warnings()
+	}
+	return out
 }
 
 // Sessions lists owner's live sessions, oldest first.
-func (e *Engine) Sessions(owner string) []SessionInfo { return nil }
+func (e *Engine) Sessions(owner string) []SessionInfo {
+	if e.sessions == nil {
+		return []SessionInfo{}
+	}
+	out := []SessionInfo{}
+	for _, in := range e.sessions.List(owner) {
+		out = append(out, sessionInfo(in, nil))
+	}
+	return out
+}
 
 // Session describes one of owner's sessions: session.ErrNotFound if it does not exist
 // or is another owner's, session.ErrLost if it existed and its state is gone.
-func (e *Engine) Session(owner, id string) (SessionInfo, error) { return SessionInfo{}, errNotYet }
+func (e *Engine) Session(owner, id string) (SessionInfo, error) {
+	if e.sessions == nil {
+		return SessionInfo{}, ErrNoSessions
+	}
+	in, err := e.sessions.Get(owner, id)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	return sessionInfo(in, nil), nil
+}
 
 // DeleteSession destroys one of owner's sessions and its box.
-func (e *Engine) DeleteSession(owner, id string) error { return errNotYet }
+func (e *Engine) DeleteSession(owner, id string) error {
+	if e.sessions == nil {
+		return ErrNoSessions
+	}
+	return e.sessions.Delete(owner, id)
+}
+
+// acquire takes one of owner's sessions for one operation.
+func (e *Engine) acquire(owner, id string) (*liveSession, func(bool), error) {
+	if e.sessions == nil {
+		return nil, nil, ErrNoSessions
+	}
+	return e.sessions.Acquire(owner, id)
+}
+
+// lost turns a box's "session lost" into the store's typed error, with a reason fit
+// for the client.
+func lost(id string, err error) error {
+	if errors.Is(err, box.ErrSessionLost) {
+		return &session.LostError{ID: id, Reason: filter.SanitizeError(err.Error())}
+	}
+	return err
+}
 
 // SessionExecute runs one call in a session through policy, the box and the filter.
 // A session serves one call at a time: session.ErrBusy while another runs.
 func (e *Engine) SessionExecute(ctx context.Context, owner, id string, req *CallRequest) (*box.Result, error) {
-	return nil, errNotYet
+	if err := box.CheckCode(req.Code); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if req.Timeout < 0 {
+		return nil, fmt.Errorf("%w: timeout must be positive", ErrBadRequest)
+	}
+	ls, release, err := e.acquire(owner, id)
+	if err != nil {
+		return nil, err
+	}
+	defer release(true)
+	// policy
+	if ls.lang == "bash" {
+		if v := policy.CheckShell(string(req.Code), ls.shell); len(v) > 0 {
+			return blocked(v), nil
+		}
+	}
+	// box, with the filter on the live streams
+	streams := &streamSet{red: e.redactor}
+	res, err := ls.Exec(ctx, &box.Call{Code: req.Code, Timeout: req.Timeout, Stdout: req.Stdout, Stderr: req.Stderr, Filter: streams.wrap})
+	if err != nil {
+		return nil, lost(id, err)
+	}
+	// filter and the runner's report
+	res.Redactions = streams.count()
+	e.applyReport(res)
+	for i, w := range res.Warnings {
+		res.Warnings[i] = filter.SanitizeError(w)
+	}
+	res.Normalize()
+	return res, nil
 }
 
 // PutFile writes size bytes from r to path in the session's workspace.
 func (e *Engine) PutFile(ctx context.Context, owner, id, path string, r io.Reader, size int64) error {
-	return errNotYet
+	ls, release, err := e.acquire(owner, id)
+	if err != nil {
+		return err
+	}
+	defer release(false)
+	return lost(id, ls.PutFile(ctx, path, r, size))
 }
 
 // GetFile copies the workspace file at path to w and returns its size.
 func (e *Engine) GetFile(ctx context.Context, owner, id, path string, w io.Writer) (int64, error) {
-	return 0, errNotYet
+	ls, release, err := e.acquire(owner, id)
+	if err != nil {
+		return 0, err
+	}
+	defer release(false)
+	n, err := ls.GetFile(ctx, path, w, e.maxFile)
+	return n, lost(id, err)
 }
 
 // ListFiles lists the session's workspace below dir ("" for all of it).
 func (e *Engine) ListFiles(ctx context.Context, owner, id, dir string) ([]box.FileInfo, error) {
-	return nil, errNotYet
+	ls, release, err := e.acquire(owner, id)
+	if err != nil {
+		return nil, err
+	}
+	defer release(false)
+	files, err := ls.ListFiles(ctx, dir)
+	return files, lost(id, err)
 }
 
 // RemoveFile removes a file (or an empty directory) from the session's workspace.
 func (e *Engine) RemoveFile(ctx context.Context, owner, id, path string) error {
-	return errNotYet
+	ls, release, err := e.acquire(owner, id)
+	if err != nil {
+		return err
+	}
+	defer release(false)
+	return lost(id, ls.RemoveFile(ctx, path))
 }
 
 // Close destroys every session's box. The engine serves no session afterwards.
-func (e *Engine) Close() error { return nil }
+func (e *Engine) Close() error {
+	if e.sessions == nil {
+		return nil
+	}
+	e.stopSweep()
+	return e.sessions.Close()
+}
 
 // MaxOutputFile bounds each file a one-shot execution returns (Request.OutputFiles).
 const MaxOutputFile = 16 << 20
+
+// runForFiles runs a one-shot execution that names output files: in a session box of
+// its own (not in the store), so that the files can be read before the box goes. The
+// spec has passed policy.
+func (e *Engine) runForFiles(ctx context.Context, spec *box.Spec, profile string, prof config.Profile, outputs []string) (*box.Result, error) {
+	sb, ok := e.backend.(box.SessionBackend)
+	if !ok {
+		return nil, fmt.Errorf("%w: the %s backend cannot return output files", ErrBadRequest, e.backend.Name())
+	}
+	ss := &box.SessionSpec{Language: spec.Language, Env: spec.Env, Limits: spec.Limits, Network: spec.Network}
+	if spec.Language == "python" {
+		e.pythonSession(ss, pythonPolicy(profile, prof))
+	}
+	s, err := sb.StartSession(ctx, ss)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	for _, f := range spec.Files {
+		st, err := f.Src.Stat()
+		if err != nil {
+			return nil, fmt.Errorf("input file %s: %w", f.Dest, err)
+		}
+		if err := s.PutFile(ctx, f.Dest, io.NewSectionReader(f.Src, 0, st.Size()), st.Size()); err != nil {
+			return nil, fmt.Errorf("input file %s: %w", f.Dest, err)
+		}
+	}
+	res, err := s.Exec(ctx, &box.Call{Code: spec.Code, Timeout: spec.Limits.WithDefaults().Timeout, Stdout: spec.Stdout, Stderr: spec.Stderr, Filter: spec.Filter})
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range outputs {
+		fd := box.FileData{Path: p}
+		var buf bytes.Buffer
+		n, err := s.GetFile(ctx, p, &buf, MaxOutputFile)
+		if err != nil {
+			fd.Error = filter.SanitizeError(err.Error())
+		} else {
+			fd.Size, fd.Data = n, base64.StdEncoding.EncodeToString(buf.Bytes())
+		}
+		res.Files = append(res.Files, fd)
+	}
+	return res, nil
+}
+
+// pythonSession makes a session spec start the Python policy runner in session mode.
+func (e *Engine) pythonSession(ss *box.SessionSpec, pol python.Policy) {
+	pyc := compiledRunner(e.log)
+	ss.Support = python.Support(pol, pyc)
+	runner := python.RunnerPath
+	if pyc != nil {
+		runner = python.CompiledRunnerPath
+	}
+	ss.Interpreter = append(python.Interpreter(runner), "--session")
+}

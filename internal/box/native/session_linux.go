@@ -559,11 +559,11 @@ func (s *session) op(req agentReq, want string) (agentMsg, error) {
 	if err := writeFrame(s.bp.sock, req); err != nil {
 		return agentMsg{}, s.broken(err)
 	}
-	return s.answer(want)
+	return s.answer(want, req.Path)
 }
 
 // answer reads the answer to the request in flight.
-func (s *session) answer(want string) (agentMsg, error) {
+func (s *session) answer(want, path string) (agentMsg, error) {
 	r, err := s.next()
 	if err != nil {
 		return agentMsg{}, err
@@ -572,7 +572,7 @@ func (s *session) answer(want string) (agentMsg, error) {
 	case r.isChunk:
 		return agentMsg{}, s.broken(errors.New("a data chunk instead of an answer"))
 	case r.msg.Kind == "fail":
-		return agentMsg{}, failError(r.msg)
+		return agentMsg{}, failError(r.msg, path)
 	case r.msg.Kind != want:
 		return agentMsg{}, s.broken(fmt.Errorf("answer %q instead of %q", r.msg.Kind, want))
 	}
@@ -585,29 +585,29 @@ func (s *session) broken(err error) error {
 	return s.Err()
 }
 
-// failError turns init's "fail" answer into a box error.
-func failError(m agentMsg) error {
-	var kind error
+// failError turns init's "fail" answer about path into a box error with a message
+// for the client (init's own text only where it adds something: sizes, the rare
+// unclassified failure).
+func failError(m agentMsg, path string) error {
 	switch m.Code {
 	case failNotFound:
-		kind = box.ErrFileNotFound
+		return fmt.Errorf("%w: no file %q in the workspace", box.ErrFileNotFound, path)
 	case failBadPath:
-		kind = box.ErrBadPath
+		return fmt.Errorf("%w: %q leads outside the workspace (through \"..\", an absolute path or a symlink) or is not a path", box.ErrBadPath, path)
 	case failNotRegular:
-		kind = box.ErrNotRegular
+		return fmt.Errorf("%w: %q is a directory, device, pipe or socket", box.ErrNotRegular, path)
 	case failTooLarge:
-		kind = box.ErrFileTooLarge
+		return fmt.Errorf("%w: %s", box.ErrFileTooLarge, workspaceDetail(m.Error))
 	case failNoSpace:
-		kind = box.ErrWorkspaceFull
+		return fmt.Errorf("%w: no room left for %q (the workspace's disk limit)", box.ErrWorkspaceFull, path)
 	case failConflict:
-		kind = box.ErrFileConflict
+		return fmt.Errorf("%w: %q is a directory in the way, or one that is not empty", box.ErrFileConflict, path)
 	default:
-		return fmt.Errorf("workspace operation failed: %s", workspaceDetail(m.Error))
+		return fmt.Errorf("workspace operation on %q failed: %s", path, workspaceDetail(m.Error))
 	}
-	return fmt.Errorf("%w: %s", kind, workspaceDetail(m.Error))
 }
 
-// workspaceDetail keeps an error from inside the box short and free of noise.
+// workspaceDetail keeps an error from inside the box short.
 func workspaceDetail(s string) string {
 	if len(s) > 300 {
 		s = s[:300]
@@ -654,7 +654,7 @@ func (s *session) PutFile(ctx context.Context, path string, r io.Reader, size in
 	if err := writeChunk(s.bp.sock, nil); err != nil {
 		return s.broken(err)
 	}
-	_, err := s.answer("ok")
+	_, err := s.answer("ok", path)
 	switch {
 	case err != nil && rerr != nil && !errors.Is(rerr, io.EOF):
 		return fmt.Errorf("read the upload: %w", rerr)
