@@ -148,7 +148,11 @@ func runExec() int {
 	if _, err := confine(&initSpec{Seccomp: es.Seccomp}, true); err != nil {
 		return fail(err)
 	}
-	if err := unix.CloseRange(fdExecSpec, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+	first := uint(fdExecSpec) // the request pipe, when there is one, is fd 4 now: kept
+	if es.Request {
+		first++
+	}
+	if err := unix.CloseRange(first, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fail(os.NewSyscallError("close_range", err))
 	}
 	if err := setCodeRlimits(0, es.Pids, es.AddressSpace); err != nil {

@@ -179,12 +179,13 @@ func (s *session) awaitReady(ctx context.Context) error {
 		}
 	}
 	deadline := time.Now().Add(readyTimeout)
+	errs := box.NewCapture(4<<10, nil) // the interpreter's complaint, if it fails
 	for {
 		if err := s.wait(ctx, deadline); err != nil {
 			return err
 		}
 		s.readInto(s.outFD, io.Discard, nil)
-		s.readInto(s.errFD, io.Discard, nil)
+		s.readInto(s.errFD, errs, nil)
 		for _, line := range s.readReport() {
 			if l, ok := box.ParseSessionLine(line); ok && l.Kind == "ready" {
 				return nil
@@ -192,7 +193,7 @@ func (s *session) awaitReady(ctx context.Context) error {
 		}
 		s.takeExited()
 		if s.exited != nil {
-			return fmt.Errorf("the interpreter ended as it started (exit status %d)", s.exited.ExitCode)
+			return fmt.Errorf("the interpreter ended as it started (exit status %d): %s", s.exited.ExitCode, box.LastLine(errs.String(), 300))
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the interpreter was not ready within %s", readyTimeout)
