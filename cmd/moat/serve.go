@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 	"github.com/moat-sandbox/moat/internal/config"
 	"github.com/moat-sandbox/moat/internal/engine"
 	"github.com/moat-sandbox/moat/internal/gate"
+	"github.com/moat-sandbox/moat/internal/session"
 )
 
 const serveUsage = `Usage: moat serve [flags]
@@ -99,6 +101,19 @@ func serve(cfg *config.Config, srv config.ResolvedServer, log *slog.Logger, stde
 			log.Error("destroy the sessions' boxes", "err", err)
 		}
 	}()
+	if err := eng.EnableSessions(engine.SessionOptions{
+		Store: session.Options{
+			IdleTTL:     srv.Sessions.IdleTTL,
+			MaxLifetime: srv.Sessions.MaxLifetime,
+			MaxTotal:    srv.Sessions.MaxTotal,
+			Dir:         filepath.Join(srv.DataDir, "sessions"),
+			Log:         log,
+		},
+		MaxFile: srv.MaxFile,
+	}); err != nil {
+		fmt.Fprintf(stderr, "moat: sessions: %v\n", err)
+		return exitInternal
+	}
 	g, err := gate.New(srv, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "moat: %v\n", err)

@@ -62,7 +62,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, p *gate.P
 	defer release()
 	info, err := s.eng.CreateSession(r.Context(), &engine.SessionRequest{
 		Owner: p.Name, Language: in.Language, Profile: profile, Limits: lim, Env: env,
-		IdleTTL: idle, MaxLifetime: life,
+		IdleTTL: idle, MaxLifetime: life, MaxSessions: p.Quotas.Sessions,
 	})
 	if err != nil {
 		return err
