@@ -25,6 +25,7 @@ Usage:
                               (moat session for details)
   moat doctor                 what this host supports and what moat enforces here
   moat bench [-n N]           measure moat run against bare python3 (markdown table)
+  moat loadtest [flags]       concurrent clients against a server: latency, throughput, cleanup
   moat config check [FILE]    validate a config file; errors carry line numbers
   moat policy check [flags] FILE
                               what the policy would block, without running the code
@@ -55,6 +56,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdDoctor(args[1:], stdout, stderr)
 	case "bench":
 		return cmdBench(args[1:], stdout, stderr)
+	case "loadtest":
+		return cmdLoadtest(args[1:], stdout, stderr)
 	case "config":
 		return cmdConfig(args[1:], stdout, stderr)
 	case "policy":
