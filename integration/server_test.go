@@ -117,6 +117,7 @@ func startServer(t *testing.T, o serverOpts) *server {
 		t.Fatal(err)
 	}
 	pw.Close()
+	serverPIDs.Store(fmt.Sprint(cmd.Process.Pid), true)
 	s := &server{cmd: cmd, dataDir: o.dataDir, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	listening := make(chan string, 1)
 	go func() {
@@ -227,9 +228,26 @@ func (s *server) assertServing(t *testing.T) {
 	}
 }
 
-// hostBaseline is the host's state before a test, boxes of other moat processes on the
-// same machine (a developer's concurrent tests) included, so that check reports only
-// what this test left.
+// serverPIDs holds the pids of the servers the tests started: boxes are named
+// box-<pid of the moat process that made them>-..., so a box of another pid is not
+// theirs (a developer's concurrent tests or load test on the same machine).
+var serverPIDs sync.Map
+
+// ownBox reports whether a box cgroup path, or a process's /proc/PID/cgroup
+// content, names a box of one of the tests' servers; a process in no box cgroup
+// (cgroups unavailable) counts as theirs.
+func ownBox(s string) bool {
+	i := strings.Index(s, "/box-")
+	if i < 0 {
+		return true
+	}
+	pid, _, _ := strings.Cut(s[i+len("/box-"):], "-")
+	_, ok := serverPIDs.Load(pid)
+	return ok
+}
+
+// hostBaseline is the host's state before a test, so that check reports only
+// what the test's servers left.
 type hostBaseline struct {
 	host           hostState
 	procs, cgroups map[string]bool
@@ -247,26 +265,33 @@ func baselineHost(t *testing.T) hostBaseline {
 	return b
 }
 
-// check asserts that no box process, cgroup or mount appeared since the baseline.
-// Box processes may take a moment to be reaped after their server exited.
+// leftovers lists the box processes and cgroups of the tests' servers that were
+// not there at the baseline.
+func (b hostBaseline) leftovers() (procs, cgroups []string) {
+	for _, p := range boxProcesses() {
+		pid, _, _ := strings.Cut(p, ":")
+		cg, _ := os.ReadFile("/proc/" + pid + "/cgroup")
+		if !b.procs[p] && ownBox(string(cg)) {
+			procs = append(procs, p)
+		}
+	}
+	for _, c := range boxCgroups() {
+		if !b.cgroups[c] && ownBox(c) {
+			cgroups = append(cgroups, c)
+		}
+	}
+	return procs, cgroups
+}
+
+// check asserts that no box process, cgroup or mount of the tests' servers
+// appeared since the baseline. Box processes may take a moment to be reaped after
+// their server exited.
 func (b hostBaseline) check(t *testing.T) {
 	t.Helper()
-	var procs, cgroups []string
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		procs, cgroups = nil, nil
-		for _, p := range boxProcesses() {
-			if !b.procs[p] {
-				procs = append(procs, p)
-			}
-		}
-		for _, c := range boxCgroups() {
-			if !b.cgroups[c] {
-				cgroups = append(cgroups, c)
-			}
-		}
-		if len(procs)+len(cgroups) == 0 || time.Now().After(deadline) {
-			break
-		}
+	procs, cgroups := b.leftovers()
+	for deadline := time.Now().Add(5 * time.Second); len(procs)+len(cgroups) > 0 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		procs, cgroups = b.leftovers()
 	}
 	if len(procs) > 0 {
 		t.Errorf("box processes survived on the host: %v", procs)
@@ -855,7 +880,7 @@ func TestServerCrashRestart(t *testing.T) {
 	}
 	go func() { _, _ = c.SessionExecute(ctx, info.ID, &api.CallRequest{Code: "sleep 60"}, nil) }()
 	time.Sleep(1500 * time.Millisecond)
-	if len(boxProcesses()) == len(before.procs) {
+	if procs, _ := before.leftovers(); len(procs) == 0 {
 		t.Fatal("no box processes while executions run: the test proves nothing")
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)
