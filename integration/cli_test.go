@@ -579,7 +579,7 @@ func TestLiveMode(t *testing.T) {
 		{name: "python SystemExit(3)", args: []string{"--lang", "python"}, code: "raise SystemExit(3)", exit: 3},
 		{name: "killed by SIGTERM", args: []string{"--lang", "python", "--profile", "open"}, code: "import os, signal\nprint('x', flush=True)\nos.kill(os.getpid(), signal.SIGTERM)", exit: 128 + 15, stdout: "x\n"},
 		{name: "timeout", args: []string{"--lang", "bash", "--timeout", "1s"}, code: "echo started; echo e >&2; sleep 30",
-			exit: 124, stdout: "started\n", stderr: "e\n", moatTail: "moat: timeout: the box was killed at its time limit (--timeout)\n", maxWall: 10 * time.Second},
+			exit: 124, stdout: "started\n", stderr: "e\n", moatTail: "moat: timeout: the code was stopped at its time limit (--timeout)\n", maxWall: 10 * time.Second},
 		{name: "memory limit", args: []string{"--lang", "python", "--memory", "32MiB"},
 			code: "print('started', flush=True)\nx = bytearray(200 << 20)\nx[::4096] = b'x' * len(x[::4096])\nprint('not reached')",
 			exit: 137, stdout: "started\n", moatTail: "moat: memory limit: the code was killed at the box's memory limit (--memory)\n"},

@@ -199,7 +199,7 @@ func reportLive(res *box.Result, stderr io.Writer) int {
 	case box.StatusError, box.StatusKilled:
 		return res.ExitCode
 	case box.StatusTimeout:
-		fmt.Fprintln(stderr, "moat: timeout: the box was killed at its time limit (--timeout)")
+		fmt.Fprintln(stderr, "moat: timeout: the code was stopped at its time limit (--timeout)")
 		return exitTimeout
 	case box.StatusMemoryLimit:
 		fmt.Fprintln(stderr, "moat: memory limit: the code was killed at the box's memory limit (--memory)")
