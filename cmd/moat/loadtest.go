@@ -87,10 +87,11 @@ type loadProgram struct {
 	oneShot string // the one-shot program
 	want    string // its stdout
 	bare    []string
-	// session is run repeatedly in one session; count extracts the counter it
-	// returns, which must go 1, 2, 3...
+	// session is run repeatedly in one session and prints a counter that must go
+	// 1, 2, 3...; count returns the counter of a call's result (-1 when there is
+	// none) and what is wrong with the result, if anything.
 	session string
-	count   func(*box.Result) string
+	count   func(*box.Result) (int, string)
 }
 
 var loadPrograms = map[string]loadProgram{
@@ -98,13 +99,21 @@ var loadPrograms = map[string]loadProgram{
 		oneShot: "print(sum(range(1000)))",
 		want:    "499500\n",
 		bare:    []string{benchPython, "-c", "print(sum(range(1000)))"},
-		// The trailing expression must start a line to come back in "result".
-		session: "x = x + 1 if 'x' in dir() else 1\nx",
-		count: func(r *box.Result) string {
+		// The counter comes back twice: printed, and as the trailing expression's
+		// value (which must start a line to be returned in "result").
+		session: "x = x + 1 if 'x' in dir() else 1\nprint(x)\nx",
+		count: func(r *box.Result) (int, string) {
 			if r.Result == nil {
-				return "<no result>"
+				return lastInt(r.Stdout), fmt.Sprintf("no result, stdout %q", r.Stdout)
 			}
-			return *r.Result
+			n, err := strconv.Atoi(*r.Result)
+			if err != nil {
+				return lastInt(r.Stdout), fmt.Sprintf("result %q, stdout %q", *r.Result, r.Stdout)
+			}
+			if r.Stdout != *r.Result+"\n" {
+				return n, fmt.Sprintf("stdout %q but result %q", r.Stdout, *r.Result)
+			}
+			return n, ""
 		},
 	},
 	"bash": {
@@ -112,8 +121,24 @@ var loadPrograms = map[string]loadProgram{
 		want:    "499500\n",
 		bare:    []string{loadBareBash, "-c", "echo $((999 * 1000 / 2))"},
 		session: `x=$(( ${x:-0} + 1 )); echo "$x"`,
-		count:   func(r *box.Result) string { return strings.TrimSuffix(r.Stdout, "\n") },
+		count: func(r *box.Result) (int, string) {
+			n, err := strconv.Atoi(strings.TrimSuffix(r.Stdout, "\n"))
+			if err != nil || r.Stdout != strconv.Itoa(n)+"\n" {
+				return lastInt(r.Stdout), fmt.Sprintf("stdout %q", r.Stdout)
+			}
+			return n, ""
+		},
 	},
+}
+
+// lastInt returns the number on the last line of s, -1 when there is none.
+func lastInt(s string) int {
+	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	n, err := strconv.Atoi(lines[len(lines)-1])
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // loadOutcome classifies one execution.
@@ -596,21 +621,24 @@ func sessionRun(ctx context.Context, c *client.Client, prog loadProgram, n int, 
 			res, err = c.SessionExecute(ctx, r.id, &api.CallRequest{Code: prog.session}, nil)
 			return err
 		})
-		if s.outcome == outcomeOK {
-			got := prog.count(res)
-			if v, err := strconv.Atoi(got); err == nil {
-				if res.Status == box.StatusOK && v == last+1 {
-					last = v
-				} else {
-					s.outcome = outcomeError
-					errs.add("client %d, session call %d: status %s, counter %d, want %d", who, j+1, res.Status, v, last+1)
-					last = v
-				}
-			} else {
-				s.outcome = outcomeError
-				errs.add("client %d, session call %d: counter %q: %s", who, j+1, got, describeResult(res, strconv.Itoa(last+1)))
+		switch s.outcome {
+		case outcomeOK:
+			n, problem := prog.count(res)
+			want := last + 1
+			switch {
+			case res.Status != box.StatusOK:
+				problem = describeResult(res, strconv.Itoa(want)+"\n")
+			case problem == "" && n != want:
+				problem = fmt.Sprintf("counter %d", n)
 			}
-		} else if s.outcome == outcomeError {
+			if problem != "" {
+				s.outcome = outcomeError
+				errs.add("client %d, session call %d: %s; want counter %d", who, j+1, problem, want)
+			}
+			if n >= 0 {
+				last = n // go on from what the session holds
+			}
+		case outcomeError:
 			errs.add("client %d, session call %d: %v", who, j+1, err)
 		}
 		r.calls = append(r.calls, s)
