@@ -2,7 +2,10 @@ package python
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"regexp"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -18,6 +21,8 @@ type Report struct {
 	Result *string
 	// ResultTruncated says Result was cut at 64 KiB.
 	ResultTruncated bool
+	// Display are the matplotlib figures the code left open, as PNG, in order.
+	Display []box.Display
 }
 
 // Rules are the rule names the runner reports.
@@ -31,15 +36,31 @@ var Rules = []string{
 const (
 	maxViolations  = 64
 	maxDetailBytes = 1000
+	// MaxDisplays and MaxDisplayBytes bound the figures of one program or call (PNG
+	// bytes, before base64), as the runner does.
+	MaxDisplays     = 8
+	MaxDisplayBytes = 4 << 20
+	// MaxReportLine is the longest line the runner writes (a display of
+	// MaxDisplayBytes in base64); a host splitting the channel into lines may drop
+	// longer ones.
+	MaxReportLine = (MaxDisplayBytes+2)/3*4 + 64
 )
 
-// ParseReport decodes the report channel. The channel is written inside the box, where
-// the code can write to it too, so it is untrusted input: malformed lines, unknown
-// kinds and unknown rules are skipped, details are cut, and the result is the last
-// one written (the runner writes it after the code has finished). ParseReport never
-// fails; a violation only means something together with exit status ExitViolation.
+// pngMagic starts every PNG file.
+var pngMagic = []byte("\x89PNG\r\n\x1a\n")
+
+// ParseReport decodes the report channel: all of it for a single run, or the lines of
+// one call of a session (those before its done line, see ParseDone). The channel is
+// written inside the box, where the code can write to it too, so it is untrusted
+// input: malformed lines, unknown kinds and unknown rules are skipped, details are
+// cut, displays must be image/png in valid base64 that decodes to a PNG signature
+// (at most MaxDisplays of them and MaxDisplayBytes in all; later ones are dropped),
+// and the result is the last one written (the runner writes it after the code has
+// finished). ParseReport never fails; a violation only means something together with
+// exit status ExitViolation.
 func ParseReport(data []byte) Report {
 	var r Report
+	displayBytes := 0
 	for len(data) > 0 {
 		var line []byte
 		line, data, _ = bytes.Cut(data, []byte{'\n'})
@@ -50,6 +71,8 @@ func ParseReport(data []byte) Report {
 			Line      int    `json:"line"`
 			Repr      string `json:"repr"`
 			Truncated bool   `json:"truncated"`
+			MIMEType  string `json:"mime_type"`
+			Data      string `json:"data"`
 		}
 		if len(bytes.TrimSpace(line)) == 0 || json.Unmarshal(line, &m) != nil {
 			continue
@@ -66,6 +89,17 @@ func ParseReport(data []byte) Report {
 		case "result":
 			s := m.Repr
 			r.Result, r.ResultTruncated = &s, m.Truncated
+		case "display":
+			if m.MIMEType != "image/png" || len(r.Display) >= MaxDisplays ||
+				base64.StdEncoding.DecodedLen(len(m.Data)) > MaxDisplayBytes-displayBytes+2 {
+				continue
+			}
+			png, err := base64.StdEncoding.Strict().DecodeString(m.Data)
+			if err != nil || !bytes.HasPrefix(png, pngMagic) || displayBytes+len(png) > MaxDisplayBytes {
+				continue
+			}
+			displayBytes += len(png)
+			r.Display = append(r.Display, box.Display{MIMEType: m.MIMEType, Data: m.Data})
 		}
 	}
 	return r
@@ -90,4 +124,46 @@ func cut(s string, n int) string {
 		s = s[:len(s)-1]
 	}
 	return strings.TrimSpace(s) + "..."
+}
+
+// doneLine is the runner's done line, exactly as it writes it.
+var doneLine = regexp.MustCompile(`^\{"kind":"done","id":(0|[1-9][0-9]{0,18}),"exit":(0|[1-9][0-9]{0,2})\}$`)
+
+// ParseDone recognises a session's done line, {"kind":"done","id":N,"exit":E}, which
+// ends the report of call N (the lines before it are the call's report, for
+// ParseReport). It is strict: the line (without its newline; surrounding spaces and
+// a carriage return are ignored) must be exactly what the runner writes, with
+// 0 <= N < 2^63 and 0 <= E <= 255, and at most 64 bytes. The runner writes an empty
+// line just before a done line (so that a line the code left unterminated cannot
+// swallow it); skip empty lines.
+//
+// The code can write to the report channel too: a host should give each call a
+// random id (box.NewCallID) and wait for the done line with that id, so that a line
+// the code forges without reading the interpreter's memory matches no call.
+func ParseDone(line []byte) (id int64, exit int, ok bool) {
+	line = bytes.TrimSpace(line)
+	if len(line) > 64 {
+		return 0, 0, false
+	}
+	m := doneLine.FindSubmatch(line)
+	if m == nil {
+		return 0, 0, false
+	}
+	id, err := strconv.ParseInt(string(m[1]), 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	exit, err = strconv.Atoi(string(m[2]))
+	if err != nil || exit > 255 {
+		return 0, 0, false
+	}
+	return id, exit, true
+}
+
+// IsReady recognises the line {"kind":"ready"}, the first line a session's runner
+// writes, once its audit hook is installed and before it reads a request. The code
+// runs only later, so a host should take only the first line of the channel as the
+// ready line.
+func IsReady(line []byte) bool {
+	return bytes.Equal(bytes.TrimSpace(line), []byte(`{"kind":"ready"}`))
 }

@@ -1,7 +1,12 @@
 package python
 
 import (
+	"bytes"
+	"encoding/base64"
 	"fmt"
+	"image"
+	"image/png"
+	"math"
 	"strings"
 	"testing"
 
@@ -46,6 +51,7 @@ func TestParseReport(t *testing.T) {
 func FuzzParseReport(f *testing.F) {
 	f.Add([]byte(`{"kind":"violation","rule":"python.import","detail":"x","line":1}` + "\n" + `{"kind":"result","repr":"2"}`))
 	f.Add([]byte("{\n}\n\x00\xff"))
+	f.Add([]byte(`{"kind":"display","mime_type":"image/png","data":"iVBORw0KGgo="}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := ParseReport(data)
 		if len(r.Violations) > maxViolations {
@@ -55,6 +61,140 @@ func FuzzParseReport(f *testing.F) {
 			if !knownRule(v.Rule) || v.Line < 0 || len(v.Detail) > maxDetailBytes+3 {
 				t.Fatalf("bad violation %+v", v)
 			}
+		}
+		if len(r.Display) > MaxDisplays {
+			t.Fatalf("%d displays", len(r.Display))
+		}
+		total := 0
+		for _, d := range r.Display {
+			data, err := base64.StdEncoding.DecodeString(d.Data)
+			if d.MIMEType != "image/png" || err != nil || !bytes.HasPrefix(data, pngMagic) {
+				t.Fatalf("bad display %+v", d)
+			}
+			total += len(data)
+		}
+		if total > MaxDisplayBytes {
+			t.Fatalf("%d bytes of displays", total)
+		}
+	})
+}
+
+// testPNG returns a small PNG in base64.
+func testPNG(t testing.TB) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, image.NewGray(image.Rect(0, 0, 3, 2))); err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(buf.Bytes())
+}
+
+func TestParseReportDisplay(t *testing.T) {
+	good := testPNG(t)
+	line := func(mime, data string) string {
+		return fmt.Sprintf(`{"kind":"display","mime_type":%q,"data":%q}`, mime, data) + "\n"
+	}
+	big := func(n int) string { // a PNG signature and n bytes in all
+		return base64.StdEncoding.EncodeToString(append(append([]byte{}, pngMagic...), make([]byte, n-len(pngMagic))...))
+	}
+	for _, tc := range []struct {
+		name   string
+		report string
+		want   int // displays kept
+	}{
+		{"png", line("image/png", good), 1},
+		{"other type", line("image/jpeg", good) + line("text/html", good), 0},
+		{"not base64", line("image/png", "!!"+good), 0},
+		{"unpadded", line("image/png", strings.TrimRight(good, "=")+"A"), 0},
+		{"not a png", line("image/png", base64.StdEncoding.EncodeToString([]byte("GIF89a..."))), 0},
+		{"count capped", strings.Repeat(line("image/png", good), MaxDisplays+3), MaxDisplays},
+		{"bytes capped", line("image/png", big(MaxDisplayBytes-100)) + line("image/png", big(200)) + line("image/png", good), 2},
+		{"one too large", line("image/png", big(MaxDisplayBytes+1)) + line("image/png", good), 1},
+		{"beside other lines", `{"kind":"result","repr":"1"}` + "\n" + line("image/png", good) + "\n" + `{"kind":"done","id":1,"exit":0}`, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := ParseReport([]byte(tc.report))
+			if len(r.Display) != tc.want {
+				t.Fatalf("%d displays, want %d", len(r.Display), tc.want)
+			}
+			for _, d := range r.Display {
+				if d.MIMEType != "image/png" {
+					t.Errorf("display type %q", d.MIMEType)
+				}
+			}
+		})
+	}
+	if r := ParseReport([]byte(line("image/png", good))); r.Display[0].Data != good {
+		t.Errorf("display data changed")
+	}
+}
+
+func TestParseDone(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		id   int64
+		exit int
+		ok   bool
+	}{
+		{`{"kind":"done","id":42,"exit":0}`, 42, 0, true},
+		{`{"kind":"done","id":0,"exit":255}`, 0, 255, true},
+		{" {\"kind\":\"done\",\"id\":7,\"exit\":130}\r", 7, 130, true},
+		{`{"kind":"done","id":9223372036854775807,"exit":1}`, math.MaxInt64, 1, true},
+		{`{"kind":"done","id":9223372036854775808,"exit":1}`, 0, 0, false},
+		{`{"kind":"done","id":1,"exit":256}`, 0, 0, false},
+		{`{"kind":"done","id":-1,"exit":0}`, 0, 0, false},
+		{`{"kind":"done","id":1,"exit":-1}`, 0, 0, false},
+		{`{"kind":"done","id":1.5,"exit":0}`, 0, 0, false},
+		{`{"kind":"done", "id":1,"exit":0}`, 0, 0, false},
+		{`{"kind":"done","exit":0,"id":1}`, 0, 0, false},
+		{`{"kind":"done","id":1,"exit":0,"more":1}`, 0, 0, false},
+		{`{"kind":"done","id":1,"exit":0}}`, 0, 0, false},
+		{`x{"kind":"done","id":1,"exit":0}`, 0, 0, false},
+		{`{"kind":"done","id":1}`, 0, 0, false},
+		{`{"kind":"done","id":01,"exit":0}`, 0, 0, false},
+		{`{"kind":"done","id":1,"exit":00}`, 0, 0, false},
+		{`{"kind":"ready"}`, 0, 0, false},
+		{``, 0, 0, false},
+		{`{"kind":"done","id":1,"exit":0}` + strings.Repeat(" ", 100), 1, 0, true},
+		{strings.Repeat(" ", 100) + `{"kind":"done","id":1,"exit":0}`, 1, 0, true},
+	} {
+		id, exit, ok := ParseDone([]byte(tc.line))
+		if id != tc.id || exit != tc.exit || ok != tc.ok {
+			t.Errorf("ParseDone(%q) = %d, %d, %v; want %d, %d, %v", tc.line, id, exit, ok, tc.id, tc.exit, tc.ok)
+		}
+	}
+}
+
+func TestIsReady(t *testing.T) {
+	for line, want := range map[string]bool{
+		`{"kind":"ready"}`:          true,
+		"{\"kind\":\"ready\"}\r":    true,
+		`{"kind": "ready"}`:         false,
+		`{"kind":"ready","id":1}`:   false,
+		`{"kind":"done"}`:           false,
+		`{"kind":"ready"}{"x":1}`:   false,
+		``:                          false,
+		`{"kind":"ready"}` + "\x00": false,
+	} {
+		if IsReady([]byte(line)) != want {
+			t.Errorf("IsReady(%q) = %v, want %v", line, !want, want)
+		}
+	}
+}
+
+func FuzzParseDone(f *testing.F) {
+	f.Add([]byte(`{"kind":"done","id":42,"exit":0}`))
+	f.Add([]byte(`{"kind":"done","id":99999999999999999999,"exit":999}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		id, exit, ok := ParseDone(line)
+		if !ok {
+			return
+		}
+		if id < 0 || exit < 0 || exit > 255 {
+			t.Fatalf("id %d exit %d", id, exit)
+		}
+		if want := fmt.Sprintf(`{"kind":"done","id":%d,"exit":%d}`, id, exit); string(bytes.TrimSpace(line)) != want {
+			t.Fatalf("accepted %q, which is not %q", line, want)
 		}
 	})
 }
