@@ -236,7 +236,8 @@ func TestSourceRunner(t *testing.T) {
 }
 
 // TestHookUsesNoGlobals checks the runner's self-protection: the audit hook, its
-// helpers, the rule functions and the fork_exec guard refer to no global names (a
+// helpers, the rule functions, the fork_exec guard, the report writer and the
+// compilers a session's hook trusts (_split, _parse) refer to no global names (a
 // program could replace builtins or the runner's globals), and the 3.11 opcodes the
 // static prefilter scans for are right.
 func TestHookUsesNoGlobals(t *testing.T) {
@@ -259,7 +260,7 @@ def nested(code):
         if isinstance(c, type(code)):
             yield c
             yield from nested(c)
-for outer in (runner._make_hook, runner._rule_funcs, runner._guard_fork_exec, runner._make_emit):
+for outer in (runner._make_hook, runner._rule_funcs, runner._guard_fork_exec, runner._make_emit, runner._compilers):
     inner = list(nested(outer.__code__))
     assert inner, outer
     for code in inner:

@@ -17,8 +17,44 @@
 //	    reads /.moat/policy.json, writes JSON lines to fd 3:
 //	    {"kind":"violation","rule":"python.import","detail":"...","line":3}
 //	    {"kind":"result","repr":"150.0"}
+//	    {"kind":"display","mime_type":"image/png","data":"<base64>"}
 //	    exits 77 (ExitViolation) when policy refused the code, 70 (ExitInternal)
 //	    when the policy is unreadable; --check-only stops after the static layer
+//
+// After the program (unless a violation ended it), the matplotlib figures it left
+// open are rendered to PNG, one display line each (at most MaxDisplays figures and
+// MaxDisplayBytes of PNG; a note on stderr says what was left out), and closed.
+// MPLBACKEND defaults to Agg.
+//
+// # Sessions
+//
+// A session keeps one interpreter and one __main__ for many calls, like a notebook
+// kernel. Start the runner with SessionInterpreter(runner); it reads requests from
+// fd 4 and reports on fd 3:
+//
+//	host                                         runner (--session)
+//	 |                                             | installs the audit hook
+//	 |  <-- {"kind":"ready"} --------------------- | the first line on fd 3
+//	 |  --- {"id":N,"bytes":L}\n, L bytes -------> | fd 4: a header, then the code
+//	 |                                             | static check; runs in its __main__
+//	 |  <-- violation, result, display lines ----- | the call's report (ParseReport)
+//	 |  <-- \n{"kind":"done","id":N,"exit":E} ---- | the call's end (ParseDone)
+//	 |  ...                                        |
+//	 |  --- close fd 4 --------------------------> | exits 0
+//
+// Requests are what box.EncodeCall("python", id, code) writes; use box.NewCallID for
+// ids, so that a done line the code forges (it can write to the report channel)
+// matches no call. E is 0; 1 for an exception or SyntaxError (traceback on stderr,
+// the call's code shown as "<cell k>"); 77 (ExitViolation) when the static layer
+// refused the call, which did not run; 130 (ExitInterrupted) when SIGINT interrupted
+// it; 70 (ExitInternal) when the code is not UTF-8; for SystemExit the status Python
+// would exit with. None of these ends the session. A runtime violation ends the
+// interpreter (status 77, no done line), as in a single run: the host restarts it and
+// the session's state is gone. A malformed request header ends it with status 70.
+// SIGINT outside a call (while the runner waits for a request or writes a report) is
+// ignored. Before its done line, a call's output on stdout and stderr is flushed, and
+// its figures are reported as displays and closed. Lines can be up to MaxReportLine
+// bytes long (a display); IsReady recognises the ready line.
 //
 // Compile the runner once per interpreter with CompileRunner: Python compiles a
 // script on every start, and the runner's 1,500 lines cost 12-20 ms; compiled, the
@@ -68,6 +104,8 @@
 // reached by computed attribute names load modules without an import event; frames
 // and __globals__ reached through library callbacks raise no event; module rules
 // are enforced at run time only where an audit event exists; native code loaded by an
-// allowed library is not watched; the report channel can be written by the code.
+// allowed library is not watched; the report channel can be written by the code
+// (a session's done lines too, so call ids must be random); in a session, code that
+// reaches the runner's frames can also run code it compiles.
 // None of this is a hole in the box, which is the boundary.
 package python

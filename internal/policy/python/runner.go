@@ -27,8 +27,12 @@ const (
 	// ExitViolation is the runner's exit status when policy refused the code; the
 	// report channel then holds at least one violation (unless the code closed it).
 	ExitViolation = 77
-	// ExitInternal is the runner's exit status when it could not start (bad policy).
+	// ExitInternal is the runner's exit status when it could not start (bad policy,
+	// unreadable code) or, in a session, got a malformed request; also the exit of a
+	// session's call whose code is not UTF-8.
 	ExitInternal = 70
+	// ExitInterrupted is the exit of a session's call that SIGINT interrupted.
+	ExitInterrupted = 130
 )
 
 // Interpreter returns the argv that starts the runner at runner (RunnerPath or
@@ -39,6 +43,13 @@ const (
 // starts, which is code outside any policy. -u keeps output printed before a kill.
 func Interpreter(runner string) []string {
 	return []string{"/usr/bin/python3", "-u", "-I", runner}
+}
+
+// SessionInterpreter returns the argv that starts the runner at runner in session
+// mode: no code path; requests come on fd 4 and each call ends with a done line on
+// the report channel (see ParseDone and the Session section of runner.py's docstring).
+func SessionInterpreter(runner string) []string {
+	return append(Interpreter(runner), "--session")
 }
 
 // Support returns the files the engine places under /.moat for a Python run: the

@@ -3,9 +3,11 @@
 The engine starts it inside the box, usually compiled (see policy/python.CompileRunner),
 
     /usr/bin/python3 -u -I /.moat/runner.pyc [--policy FILE] [--check-only] /.moat/main.py [ARGS...]
+    /usr/bin/python3 -u -I /.moat/runner.pyc [--policy FILE] --session
 
 with the policy at /.moat/policy.json (or FILE) and a report channel on file
-descriptor 3. It is DEFENCE IN DEPTH and a source of clear, early errors. The box
+descriptor 3 (and, in a session, a request channel on fd 4; see "Session"). It is
+DEFENCE IN DEPTH and a source of clear, early errors. The box
 (namespaces, seccomp, Landlock, cgroups) is the security boundary; nothing here is
 needed to keep the host safe, and a determined program can get past in-process checks
 (see "Known limits"). -I matters: without it Python reads PYTHON* variables and .pth
@@ -120,16 +122,73 @@ import statement needs; the static layer refuses its use by name). The report
 descriptor is moved off fd 3 before the program runs; the channel is untrusted input
 for the engine all the same.
 
+The hook knows the code the runner itself runs by two containers that only the
+runner changes: `allowed` (id -> code object: the program and its trailing expression,
+or those of a session's current call, which exec may run from user code) and
+`current` (current[0]: the file name of the program or call, for violation lines).
+No global name, module attribute or object handed to the program refers to them:
+only the hook's and the fork_exec guard's closure cells and the runner's own frames
+(below the program's on the stack) do, and the program can reach those only by the
+frame and closure introspection the policy refuses (sys._getframe, tb_frame,
+gi_frame at run time; f_back, f_locals, __closure__ statically), with the limits
+below. A session empties `allowed` after each call. In a session the hook also
+trusts, by code object identity, the two functions that compile requests (_split
+and _parse, made by _compilers with no global names), for compile events only:
+compiling gains nothing unless the runner then puts the result in `allowed`.
+
 Report channel
 ==============
 
-One JSON object per line: {"kind":"violation","rule":"python.import","detail":"...",
-"line":3} and {"kind":"result","repr":"150.0"} (the repr of a trailing expression
-that is not None, at most 64 KiB, with "truncated":true when cut; the expression must
-start a line). Without fd 3, or with /dev/null there, violations go to stderr,
-prefixed "moat: ". Exit status: 77 policy violation; 70 the runner could not start
-(bad policy); 1 an uncaught exception or syntax error, printed as Python would;
-SystemExit as Python handles it.
+One JSON object per line, each written with one loop of os.write:
+
+    {"kind":"violation","rule":"python.import","detail":"...","line":3}
+    {"kind":"result","repr":"150.0"}
+    {"kind":"display","mime_type":"image/png","data":"<base64>"}
+
+result is the repr of a trailing expression that is not None, at most 64 KiB, with
+"truncated":true when cut; the expression must start a line. display is one figure
+the code left open in matplotlib.pyplot, rendered with savefig(format='png') after
+the code ends (but not after a violation or an interrupt), at most 8 figures and
+4 MiB of PNG per program or call (a "moat: " note on stderr tells what was left out);
+then all figures are closed. MPLBACKEND defaults to Agg. Without fd 3, or with
+/dev/null there, violations go to stderr, prefixed "moat: ", and nothing else is
+reported. Exit status: 77 policy violation; 70 the runner could not start (bad
+policy, unreadable code); 1 an uncaught exception or syntax error, printed as Python
+would; SystemExit as Python handles it.
+
+Session
+=======
+
+With --session the runner keeps one interpreter, and one __main__, for many calls,
+like a notebook kernel: variables, imports and functions persist. The request channel
+is fd 4 (moved off it, like fd 3, before any code runs); the report channel is
+required. Once the hook is installed the runner writes {"kind":"ready"}, then serves
+requests until fd 4 ends (status 0). A request is a header line of ASCII JSON,
+{"id":N,"bytes":L} (0 <= N < 2**63, 0 <= L <= 8 MiB, no other keys, at most 200
+bytes), then exactly L bytes of UTF-8 code. A malformed header, or fd 4 ending inside
+a request, ends the runner with status 70 and a "moat: bad request" line on stderr:
+the protocol's place is lost. For each call the runner writes the call's report lines
+(as above), flushes sys.stdout and sys.stderr, then
+
+    \n{"kind":"done","id":N,"exit":E}\n
+
+(the newline first: a line the code left unterminated on the channel cannot swallow
+it). E is 0; 1 for an uncaught exception or a SyntaxError (the traceback on stderr,
+with source lines: call k is compiled as "<cell k>" and its source put in linecache);
+77 when the static layer refused the code (violation lines first; the code did not
+run); 130 when SIGINT interrupted the call; 70 when the code is not UTF-8 or the
+static layer failed; for SystemExit the status Python would exit with (the message
+of a non-int code on stderr), and the session goes on. A runtime violation ends the
+interpreter with status 77 as in a single run, with no done line: the host restarts
+it, and the session's state is gone.
+
+SIGINT raises KeyboardInterrupt only during a call: from just before the code runs
+until its report is ready. Outside calls (reading requests, writing the report) the
+runner's SIGINT handler does nothing, so an interrupt there is lost, never fatal; a
+SIGINT handler the code installs lasts until its call ends. The request reader takes
+nothing out of its buffer until a whole request is in it, so an interrupted read could
+be repeated without losing the protocol's place. A session's __main__ has no
+__file__ and sys.argv is [''].
 
 Known limits
 ============
@@ -141,11 +200,15 @@ inspect.stack(), __globals__ through a library's getattr) without an event; modu
 rules without a matching event are enforced statically only; native code of allowed
 libraries is not watched; code the runtime layer allows after a library compiled it
 was never seen by the static layer; a signal handler receives a frame without an
-event. The box bounds all of these.
+event. A program that reaches the runner's frames that way can, in a session, also
+use the runner's _split and `allowed` to run code it compiles, and can forge report
+lines (a done line needs the call's id, which the host should make random). The box
+bounds all of these.
 """
 
 import sys
 import os
+import _ast  # built in; a session walks ASTs after the hook is installed
 
 _PROTECTED = '/.moat'
 _SANDBOX_DIRS = ('/tmp', '/workspace')
@@ -624,10 +687,12 @@ def _word_in(word, s):
     return False
 
 
-def _check(p, src, filename, module_denied, attr_denied):
-    """Walks the AST of src and returns findings [(rule, detail, line)]."""
-    import _ast as A
-    tree = compile(src, filename, 'exec', A.PyCF_ONLY_AST, dont_inherit=True)
+def _check(p, src, filename, module_denied, attr_denied, tree=None):
+    """Walks the AST of src (tree when given, from _parse) and returns findings
+    [(rule, detail, line)]."""
+    A = _ast
+    if tree is None:
+        tree = _parse(src, filename)
 
     # Pass 1: flatten, mark called expressions, record import aliases and user definitions.
     nodes = []
@@ -871,10 +936,17 @@ def _check(p, src, filename, module_denied, attr_denied):
 
 # ---------------------------------------------------------------- runtime checks
 
-def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, trusted_dirs,
+def _make_hook(p, module_denied, attr_denied, allowed, current, emit, trusted_dirs,
                protected, stdlib, trusted_codes):
     """Returns the audit hook. Everything it uses is bound here, as closure variables:
-    the hook and its helpers use no global names (a test checks the bytecode)."""
+    the hook and its helpers use no global names (a test checks the bytecode).
+
+    allowed maps id(code) to the code objects the runner itself executes (the program
+    and its trailing expression, or those of the session's current call); current[0]
+    is the file name of the program or of the current call (violation lines, and the
+    program may read its own file). Only the runner changes them; see
+    "Self-protection". trusted_codes are (error printer, fork_exec guard, _split's
+    code, _parse's code), the last two None outside a session."""
     # Builtins and functions captured now, before user code can replace anything.
     _type, _str, _bytes, _int, _list, _tuple = type, str, bytes, int, list, tuple
     _isinstance, _len, _OSError, _PermissionError = isinstance, len, OSError, PermissionError
@@ -897,14 +969,13 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
     carriers = tuple(stdlib + '/' + c for c in _CARRIERS) + _FROZEN_CARRIERS
     sandbox_dirs = _SANDBOX_DIRS
     write_anywhere = _WRITE_ANYWHERE
-    t0, t1 = trusted_codes
-    c0 = allowed_codes[0]
-    c1 = allowed_codes[1] if _len(allowed_codes) > 1 else allowed_codes[0]
+    _id = id
+    t0, t1, t2, t3 = trusted_codes
+    allowed_get = allowed.get
     armed = set()  # threads whose next sys._getframe event is the hook's own (enter())
     arm, disarm, is_armed = armed.add, armed.discard, armed.__contains__
     pickle_danger, pickle_builtins = _PICKLE_DANGER, _PICKLE_BUILTINS | p.builtins
     denied_builtins = p.builtins
-    user_name = user_file
     allowlist = p.mode == 'allowlist'
     allow_sorted = sorted(p.allow)
     hints = dict(_HINTS)
@@ -925,9 +996,10 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
         return _getframe(3)
 
     def trusted(co):
-        return co is t0 or co is t1 or _sw(co.co_filename, trusted_pre)
+        return co is t0 or co is t1 or co is t2 or co is t3 or _sw(co.co_filename, trusted_pre)
 
     def user_line(f):
+        user_name = current[0]
         while f is not None:
             co = f.f_code
             if _eq(user_name, co.co_filename) is True:
@@ -1063,6 +1135,7 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
         """Refuses a use of the normalised path p: always under /.moat, and writes
         outside the sandbox directories when file_access is sandbox."""
         r = real(p)
+        user_name = current[0]
         if (under(p, protected) or under(r, protected)) and (write or (p != user_name and r != user_name)):
             e = enter2()
             violate('python.file', "access to '%s' is blocked: files under /.moat belong to moat" % p, e)
@@ -1135,7 +1208,7 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
 
     def on_exec(event, args):
         co = args[0]
-        if co is c0 or co is c1:
+        if allowed_get(_id(co)) is co:
             return
         e = enter()
         bad = dynamic_verdict(e)
@@ -1149,6 +1222,8 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
         if not forged and not dynamic_denied:
             return
         e = enter()
+        if not forged and e is not None and (e.f_code is t2 or e.f_code is t3):
+            return  # a session's _split or _parse compiles a request of the host
         bad = forged or dynamic_verdict(e)
         if forged:
             violate('python.exec', "compiling code under the name of a library file (%s) is blocked "
@@ -1422,20 +1497,19 @@ def _make_hook(p, module_denied, attr_denied, allowed_codes, user_file, emit, tr
     return hook
 
 
-def _guard_fork_exec(emit, profile, user_file):
+def _guard_fork_exec(emit, profile, current):
     """Replaces _posixsubprocess.fork_exec (which raises no audit event) with a function
     that reports a violation: the subprocess.Popen event refuses every legitimate way
     there first, so reaching it means the event was bypassed. Returns the replacement's
     code object, which the hook trusts (it looks up the caller's frame). The
-    replacement refers to nothing of the hook's."""
+    replacement refers to nothing of the hook's but current (see _make_hook)."""
     import _posixsubprocess
     _exit, _getframe, _eq = os._exit, sys._getframe, str.__eq__
-    user_name = user_file
     detail = ("starting a process (_posixsubprocess.fork_exec) is blocked by profile '%s'; "
               "use Python code instead of shell commands" % profile)
 
     def fork_exec(*args, **kwargs):
-        f, line = _getframe(1), 0
+        f, line, user_name = _getframe(1), 0, current[0]
         while f is not None:
             if _eq(user_name, f.f_code.co_filename) is True:
                 line = f.f_lineno
@@ -1464,34 +1538,66 @@ def _open_report():
     return fd
 
 
+def _open_requests():
+    """Moves a session's request channel off fd 4 and returns its new descriptor, or
+    None when fd 4 is closed."""
+    try:
+        os.fstat(4)
+    except OSError:
+        return None
+    fd = os.dup(4)  # not inheritable
+    os.close(4)
+    return fd
+
+
 def _make_emit(fd, quote):
-    """Returns emit(kind, ...) writing one JSON line per report."""
-    _write, _OSError = os.write, OSError
+    """Returns emit(kind, ...), which writes one JSON line per report with one loop of
+    os.write and reports whether it could:
+
+        emit('violation', rule, detail, line)   also to stderr without a channel
+        emit('result', repr, truncated=cut)
+        emit('display', base64_png)             ASCII bytes
+        emit('ready')
+        emit('done', request_id, exit_status)
+
+    A done line starts with a newline, so that a line the code left unterminated on
+    the channel cannot swallow it."""
+    _write, _OSError, _memoryview = os.write, OSError, memoryview
 
     def write_all(data):
-        while data:
-            n = _write(fd, data)
-            data = data[n:]
+        view = _memoryview(data)
+        while view:
+            n = _write(fd, view)
+            view = view[n:]
 
-    def emit(kind, a, b=None, line=0, truncated=False):
+    def emit(kind, a=None, b=None, line=0, truncated=False):
         if kind == 'violation':
             if fd is None:
                 where = ' (line %d)' % line if line else ''
                 _write(2, ('moat: %s: %s%s\n' % (a, b, where)).encode('utf-8', 'backslashreplace'))
-                return
+                return True
             s = '{"kind":"violation","rule":%s,"detail":%s' % (quote(a), quote(b))
             if line:
                 s += ',"line":%d' % line
-            s += '}\n'
+            data = (s + '}\n').encode('ascii')
+        elif fd is None:
+            return False
+        elif kind == 'result':
+            data = ('{"kind":"result","repr":%s%s}\n' % (
+                quote(a), ',"truncated":true' if truncated else '')).encode('ascii')
+        elif kind == 'display':
+            data = b'{"kind":"display","mime_type":"image/png","data":"' + a + b'"}\n'
+        elif kind == 'done':
+            data = ('\n{"kind":"done","id":%d,"exit":%d}\n' % (a, b)).encode('ascii')
         else:
-            if fd is None:
-                return
-            s = '{"kind":"result","repr":%s%s}\n' % (quote(a), ',"truncated":true' if truncated else '')
+            data = b'{"kind":"ready"}\n'
         try:
-            write_all(s.encode('ascii'))
+            write_all(data)
         except _OSError:
             if kind == 'violation':
                 _write(2, ('moat: %s: %s\n' % (a, b)).encode('utf-8', 'backslashreplace'))
+            return False
+        return True
 
     return emit
 
@@ -1528,26 +1634,107 @@ def _json_codec():
     return loads, _json.encode_basestring_ascii
 
 
+# ---------------------------------------------------------------- figures
+
+_MAX_FIGURES = 8
+_FIGURE_BYTES = 4 << 20  # PNG bytes per program or call, before base64
+
+
+def _make_figures():
+    """Returns figures(render): when the code imported matplotlib.pyplot, renders the
+    figures it left open as PNG (if render) and closes them all; returns (images,
+    skipped), images as base64 ASCII bytes. At most _MAX_FIGURES figures and
+    _FIGURE_BYTES of PNG; a note on stderr tells what was left out.
+
+    This is the runner's code, called where the program's frames were (the hook treats
+    it as user code, like _run). Its own code imports nothing when it runs: binascii
+    and _io are bound here, before the hook, so an allowlist need not name them.
+    Rendering draws the program's figures, so whatever the program put in them (and
+    matplotlib, as a library) runs under the hook as usual."""
+    import binascii, _io
+    b64, BytesIO, modules = binascii.b2a_base64, _io.BytesIO, sys.modules
+    _len, _write, _type, _Exception = len, os.write, type, Exception
+    limit, cap = _MAX_FIGURES, _FIGURE_BYTES
+
+    def note(msg):
+        _write(2, ('moat: %s\n' % msg).encode('utf-8', 'backslashreplace'))
+
+    def figures(render):
+        plt = modules.get('matplotlib.pyplot')
+        if plt is None:
+            return [], 0
+        images, skipped, total = [], 0, 0
+        try:
+            nums = plt.get_fignums() if render else []
+            for i, num in enumerate(nums):
+                if _len(images) >= limit:
+                    skipped = _len(nums) - i
+                    break
+                buf = BytesIO()
+                try:
+                    plt.figure(num).savefig(buf, format='png')
+                except _Exception as e:
+                    note('figure %s could not be rendered: %s: %s' % (num, _type(e).__name__, e))
+                    continue
+                png = buf.getvalue()
+                if total + _len(png) > cap:
+                    skipped = _len(nums) - i
+                    break
+                total += _len(png)
+                images.append(b64(png, newline=False))
+        except _Exception as e:
+            note('figures could not be rendered: %s: %s' % (_type(e).__name__, e))
+        finally:
+            try:
+                plt.close('all')
+            except _Exception:
+                pass
+        if skipped:
+            note('%d more figure%s not shown: at most %d figures and %d MiB of PNG are shown'
+                 % (skipped, 's' if skipped > 1 else '', limit, cap >> 20))
+        return images, skipped
+
+    return figures
+
+
 # ---------------------------------------------------------------- running the code
 
-def _split(src, filename):
-    """Compiles src and returns (code, tail): tail is the last top-level statement
-    compiled in 'eval' mode when it is an expression starting at the beginning of a
-    line, else None. Splitting the text is exact: the head must compile on its own
-    (so the tail line starts a top-level statement) and the tail must compile as one
-    expression. Raises SyntaxError for the whole source."""
-    lines = src.splitlines(True)
-    i = len(lines) - 1
-    while i >= 0 and (not lines[i][:1] or lines[i][0] in ' \t\r\n\f#'):
-        i -= 1
-    if i >= 0:
-        try:
-            tail = compile('\n' * i + ''.join(lines[i:]), filename, 'eval', dont_inherit=True)
-            head = compile(''.join(lines[:i]), filename, 'exec', dont_inherit=True)
-            return head, tail
-        except SyntaxError:
-            pass
-    return compile(src, filename, 'exec', dont_inherit=True), None
+def _compilers():
+    """Returns (_split, _parse), the runner's only calls of compile once a session's
+    hook is installed; the hook trusts their code objects for compile events (in a
+    session only). They use no global names (a test checks the bytecode), so
+    replacing builtins.compile cannot make them call something else, and whatever
+    they compile still needs the runner to put it in the hook's allowed code objects
+    before it can run."""
+    _compile, _len, _SyntaxError, ast_only = compile, len, SyntaxError, _ast.PyCF_ONLY_AST
+
+    def split(src, filename):
+        """Compiles src and returns (code, tail): tail is the last top-level statement
+        compiled in 'eval' mode when it is an expression starting at the beginning of
+        a line, else None. Splitting the text is exact: the head must compile on its
+        own (so the tail line starts a top-level statement) and the tail must compile
+        as one expression. Raises SyntaxError for the whole source."""
+        lines = src.splitlines(True)
+        i = _len(lines) - 1
+        while i >= 0 and (not lines[i][:1] or lines[i][0] in ' \t\r\n\f#'):
+            i -= 1
+        if i >= 0:
+            try:
+                tail = _compile('\n' * i + ''.join(lines[i:]), filename, 'eval', dont_inherit=True)
+                head = _compile(''.join(lines[:i]), filename, 'exec', dont_inherit=True)
+                return head, tail
+            except _SyntaxError:
+                pass
+        return _compile(src, filename, 'exec', dont_inherit=True), None
+
+    def parse(src, filename):
+        """Returns the AST of src (for _check)."""
+        return _compile(src, filename, 'exec', ast_only, dont_inherit=True)
+
+    return split, parse
+
+
+_split, _parse = _compilers()
 
 
 def _fail(msg):
@@ -1557,7 +1744,8 @@ def _fail(msg):
 
 def _main(argv):
     sys.dont_write_bytecode = True
-    policy_path, code_path, rest, check_only = '/.moat/policy.json', None, [], False
+    os.environ.setdefault('MPLBACKEND', 'Agg')
+    policy_path, code_path, rest, check_only, session = '/.moat/policy.json', None, [], False, False
     args = argv[1:]
     while args:
         a = args.pop(0)
@@ -1567,22 +1755,31 @@ def _main(argv):
             policy_path = a[len('--policy='):]
         elif a == '--check-only':
             check_only = True
+        elif a == '--session':
+            session = True
         else:
             code_path, rest = a, args
             break
-    if code_path is None:
-        _fail('usage: runner.py [--policy FILE] [--check-only] CODE [ARGS...]')
+    if (code_path is None) != session or (session and check_only):
+        _fail('usage: runner.py [--policy FILE] [--check-only] CODE [ARGS...]\n'
+              '       runner.py [--policy FILE] --session')
     runner_dir = os.path.dirname(os.path.abspath(argv[0]))
     policy_path = os.path.abspath(policy_path)
-    filename = os.path.abspath(code_path)  # the program's code objects and tracebacks
 
     loads, quote = _json_codec()
-    emit = _make_emit(_open_report(), quote)
+    report = _open_report()
+    emit = _make_emit(report, quote)
     try:
         with open(policy_path, 'rb') as fh:
             p = _Policy(loads(fh.read().decode('utf-8')))
     except (OSError, ValueError, UnicodeDecodeError) as e:
         _fail('cannot load the Python policy %s: %s' % (policy_path, e))
+    if session:
+        if report is None:
+            _fail('--session needs the report channel on fd 3')
+        return _session(p, emit, loads, runner_dir, policy_path)
+
+    filename = os.path.abspath(code_path)  # the program's code objects and tracebacks
     try:
         with open(code_path, 'rb') as fh:
             src = fh.read().decode('utf-8')
@@ -1612,31 +1809,53 @@ def _main(argv):
     g = _new_main(p, filename)
     sys.argv = [code_path] + rest
     sys.path[:] = [cwd] + [d for d in sys.path if d not in ('', runner_dir)]
+    figures = _make_figures() if report is not None else None
 
     if p.mode != 'off':
-        prefix = sys.base_prefix.rstrip('/') + '/'
-        trusted_dirs = []
-        for d in sys.path[1:]:
-            d = os.path.normpath(d)
-            if d.startswith(prefix) and d not in trusted_dirs:
-                trusted_dirs.append(d)
-        protected = tuple(dict.fromkeys((_PROTECTED, runner_dir, policy_path)))
-        stdlib = getattr(sys, '_stdlib_dir', None) or os.path.dirname(os.__file__)
-        codes = (code,) if tail is None else (code, tail)
-        guard = None
-        if module_denied('subprocess') or module_denied('_posixsubprocess'):
-            guard = _guard_fork_exec(emit, p.profile, filename)
-        hook = _make_hook(p, module_denied, attr_denied, codes, filename, emit,
-                          tuple(trusted_dirs), protected, stdlib, (_show_error.__code__, guard))
-        sys.addaudithook(hook)
-        del hook
+        allowed = {id(code): code}
+        if tail is not None:
+            allowed[id(tail)] = tail
+        _install_hook(p, module_denied, attr_denied, allowed, [filename], emit, runner_dir,
+                      policy_path, None)
     del p, module_denied, attr_denied
-    return _run(code, tail, g, emit)
+    try:
+        status, result, cut = _run(code, tail, g)
+    except SystemExit:
+        _show_figures(figures, emit, True)
+        raise
+    if result is not None:
+        emit('result', result, truncated=cut)
+    _show_figures(figures, emit, status != 130)
+    return status
+
+
+def _install_hook(p, module_denied, attr_denied, allowed, current, emit, runner_dir, policy_path,
+                  compilers):
+    """Installs the audit hook (and the fork_exec guard), once sys.path is the
+    program's. compilers: (_split, _parse) in a session, else None."""
+    prefix = sys.base_prefix.rstrip('/') + '/'
+    trusted_dirs = []
+    for d in sys.path[1:]:
+        d = os.path.normpath(d)
+        if d.startswith(prefix) and d not in trusted_dirs:
+            trusted_dirs.append(d)
+    protected = tuple(dict.fromkeys((_PROTECTED, runner_dir, policy_path)))
+    stdlib = getattr(sys, '_stdlib_dir', None) or os.path.dirname(os.__file__)
+    guard = None
+    if module_denied('subprocess') or module_denied('_posixsubprocess'):
+        guard = _guard_fork_exec(emit, p.profile, current)
+    split = parse = None
+    if compilers is not None:
+        split, parse = compilers[0].__code__, compilers[1].__code__
+    hook = _make_hook(p, module_denied, attr_denied, allowed, current, emit, tuple(trusted_dirs),
+                      protected, stdlib, (_show_error.__code__, guard, split, parse))
+    sys.addaudithook(hook)
 
 
 def _new_main(p, filename):
     """Makes a fresh __main__ module for the program and returns its globals: builtins
-    without the denied ones (but __import__, which the import statement needs)."""
+    without the denied ones (but __import__, which the import statement needs).
+    __file__ is filename, unless None (a session)."""
     mod = type(sys)('__main__')
     g = mod.__dict__
     import builtins
@@ -1648,7 +1867,8 @@ def _new_main(p, filename):
             if name != '__import__':
                 user_builtins.pop(name, None)
         g['__builtins__'] = user_builtins
-    g['__file__'] = filename
+    if filename is not None:
+        g['__file__'] = filename
     sys.modules['__main__'] = mod
     return g
 
@@ -1660,13 +1880,25 @@ def _show_error(exc):
     traceback.print_exception(exc)
 
 
-def _run(code, tail, g, emit, _exec=exec, _eval=eval, _repr=repr, _type=type, _len=len,
+def _show_figures(figures, emit, render):
+    """Reports the open matplotlib figures (see _make_figures) and closes them."""
+    if figures is None:
+        return
+    images, _ = figures(render)
+    for data in images:
+        emit('display', data)
+
+
+def _run(code, tail, g, _exec=exec, _eval=eval, _repr=repr, _type=type, _len=len,
          _excepthook=sys.__excepthook__, _str=str, _KeyboardInterrupt=KeyboardInterrupt):
-    """Runs the program and reports a trailing expression. The hook treats this frame as
-    user code, so callables reached from here (a __repr__, an excepthook) gain nothing."""
+    """Runs the program and returns (status, repr of a trailing expression or None,
+    whether the repr was cut); SystemExit propagates. The hook treats this frame as
+    user code, so callables reached from here (a __repr__, an excepthook) gain
+    nothing."""
     try:
         _exec(code, g)
         value = _eval(tail, g) if tail is not None else None
+        r, cut = None, False
         if value is not None:
             r = _repr(value)
             if _type(r) is _str:
@@ -1674,7 +1906,8 @@ def _run(code, tail, g, emit, _exec=exec, _eval=eval, _repr=repr, _type=type, _l
                 cut = _len(data) > _RESULT_CAP
                 if cut:
                     r = data[:_RESULT_CAP].decode('utf-8', 'ignore')
-                emit('result', r, truncated=cut)
+            else:
+                r = None
     except SystemExit:
         raise
     except BaseException as e:
@@ -1685,8 +1918,195 @@ def _run(code, tail, g, emit, _exec=exec, _eval=eval, _repr=repr, _type=type, _l
             _show_error(e.with_traceback(tb))
         else:
             hook(_type(e), e.with_traceback(tb), tb)
-        return 130 if _type(e) is _KeyboardInterrupt else 1
-    return 0
+        return (130 if _type(e) is _KeyboardInterrupt else 1), None, False
+    return 0, r, cut
+
+
+def _exit_status(e):
+    """The exit status Python gives an uncaught SystemExit e, printing its message as
+    Python does: 0 for None, the low 8 bits of an int (255 when it overflows a C
+    long), else 1."""
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        v = int.__index__(code)
+        return v & 0xff if -(1 << 63) <= v < (1 << 63) else 255
+    try:
+        err = sys.stderr
+        err.write(str(code) + '\n')
+        err.flush()
+    except Exception:
+        pass
+    return 1
+
+
+# ---------------------------------------------------------------- sessions
+
+_HEADER_CAP = 200  # bytes of a request header, newline excluded
+_REQUEST_CAP = 8 << 20  # bytes of a request's code (box.MaxCodeBytes is 1 MiB)
+
+
+def _make_reader(fd, loads):
+    """Returns read() -> (id, code bytes), or None at the end of the request channel
+    fd; raises ValueError for a malformed request. Nothing is taken out of the buffer
+    until a whole request is in it, so a read that an exception cuts short can be
+    repeated without losing the protocol's place."""
+    buf = bytearray()
+    _read = os.read
+
+    def header(h):
+        try:
+            obj = loads(bytes(h).decode('ascii'))
+        except Exception:
+            obj = None
+        if type(obj) is not dict or set(obj) != {'id', 'bytes'}:
+            raise ValueError('bad request header %r' % bytes(h[:80]))
+        rid, size = obj['id'], obj['bytes']
+        if type(rid) is not int or not 0 <= rid < (1 << 63):
+            raise ValueError('bad request id %r' % (rid,))
+        if type(size) is not int or not 0 <= size <= _REQUEST_CAP:
+            raise ValueError('bad request size %r (at most %d bytes)' % (size, _REQUEST_CAP))
+        return rid, size
+
+    def read():
+        while True:
+            i = buf.find(b'\n', 0, _HEADER_CAP + 1)
+            if i < 0:
+                if len(buf) > _HEADER_CAP:
+                    raise ValueError('request header longer than %d bytes' % _HEADER_CAP)
+                want = 1 << 16
+            else:
+                rid, size = header(buf[:i])
+                end = i + 1 + size
+                if len(buf) >= end:
+                    body = bytes(buf[i + 1:end])
+                    del buf[:end]
+                    return rid, body
+                want = max(end - len(buf), 1 << 16)
+            data = _read(fd, min(want, 1 << 24))
+            if not data:
+                if buf:
+                    raise ValueError('the request channel closed inside a request')
+                return None
+            buf.extend(data)
+
+    return read
+
+
+def _session(p, emit, loads, runner_dir, policy_path):
+    """Runs the requests of the request channel as calls in one __main__ until the
+    channel ends (see "Session" in the module docstring). Returns 0 at its end; a
+    malformed request ends the runner with status 70."""
+    import _signal, linecache, traceback  # the runner's own, before the hook
+    del traceback  # imported for _show_error
+    fd = _open_requests()
+    if fd is None:
+        _fail('--session needs the request channel on fd 4')
+    read = _make_reader(fd, loads)
+    cache = linecache.cache
+
+    cwd = os.getcwd()
+    g = _new_main(p, None)
+    main_builtins = g['__builtins__']
+    sys.argv = ['']
+    sys.path[:] = [cwd] + [d for d in sys.path if d not in ('', runner_dir)]
+    figures = _make_figures()
+    module_denied, attr_denied = _rule_funcs(p)
+    allowed, current = {}, ['']
+    if p.mode != 'off':
+        _install_hook(p, module_denied, attr_denied, allowed, current, emit, runner_dir,
+                      policy_path, (_split, _parse))
+
+    # SIGINT interrupts calls only: between them (reading a request, writing the
+    # report) the handler does nothing, so the runner cannot die of it there.
+    SIGINT, interrupt, set_handler = _signal.SIGINT, _signal.default_int_handler, _signal.signal
+
+    def idle(signum, frame):
+        pass
+
+    set_handler(SIGINT, idle)
+    if not emit('ready'):
+        _fail('the report channel is closed')
+    n = 0
+    while True:
+        try:
+            req = read()
+        except KeyboardInterrupt:  # not with idle installed; read() can be repeated
+            continue
+        except (OSError, ValueError) as e:
+            _fail('bad request: %s' % e)
+        if req is None:
+            return 0
+        rid, body = req
+        n += 1
+        try:
+            src = body.decode('utf-8')
+        except UnicodeDecodeError as e:
+            os.write(2, ('moat: cannot read the code: %s\n' % e).encode('utf-8', 'backslashreplace'))
+            status = _EXIT_INTERNAL
+        else:
+            filename = '<cell %d>' % n
+            cache[filename] = (len(src), None, src.splitlines(True), filename)
+            current[0] = filename
+            status = _call(p, module_denied, attr_denied, src, filename, g, main_builtins, allowed,
+                           emit, figures, (SIGINT, interrupt, idle, set_handler))
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:
+                pass
+        if not emit('done', rid, status):
+            _fail('the report channel is closed')
+
+
+def _call(p, module_denied, attr_denied, src, filename, g, main_builtins, allowed, emit, figures,
+          signals):
+    """Runs one call of a session and returns its exit status."""
+    try:
+        code, tail = _split(src, filename)
+    except Exception as e:  # SyntaxError; ValueError (NUL bytes); RecursionError
+        _show_error(e.with_traceback(None))
+        return 1
+    if p.mode != 'off':
+        try:
+            found = None
+            if _interesting(p, module_denied, [code] if tail is None else [code, tail], src):
+                found = _check(p, src, filename, module_denied, attr_denied, _parse(src, filename))
+        except Exception as e:  # fail closed
+            os.write(2, ('moat: the policy check failed: %s: %s\n' % (type(e).__name__, e))
+                     .encode('utf-8', 'backslashreplace'))
+            return _EXIT_INTERNAL
+        if found:
+            for rule, detail, line in found:
+                emit('violation', rule, detail, line)
+            return _EXIT_VIOLATION
+
+    SIGINT, interrupt, idle, set_handler = signals
+    allowed[id(code)] = code
+    if tail is not None:
+        allowed[id(tail)] = tail
+    g['__builtins__'] = main_builtins
+    result, cut, images, stop = None, False, (), None
+    try:
+        set_handler(SIGINT, interrupt)
+        try:
+            status, result, cut = _run(code, tail, g)
+        except SystemExit as e:
+            status = _exit_status(e)
+        images, _ = figures(status != 130)
+        set_handler(SIGINT, idle)
+    except KeyboardInterrupt as e:  # between the code and idle: the runner's own steps
+        set_handler(SIGINT, idle)
+        status, result, images, stop = 130, None, (), e
+    allowed.clear()
+    if stop is not None:
+        _show_error(stop.with_traceback(None))
+    if result is not None:
+        emit('result', result, truncated=cut)
+    for data in images:
+        emit('display', data)
+    return status
 
 
 if __name__ == '__main__':
