@@ -56,7 +56,7 @@ type SupportFile struct {
 }
 
 // MaxReportBytes bounds what the report channel keeps; the rest is read and dropped.
-const MaxReportBytes = 256 << 10
+const MaxReportBytes = 8 << 20
 
 // File is a host file the caller has opened to be copied into the workspace.
 type File struct {

@@ -7,11 +7,15 @@ import (
 
 // applyReport reads the runner's report channel (untrusted: python.ParseReport bounds
 // it) into the result: violations make the status "blocked"; a "result" is the
-// trailing expression's value, redacted like any output. The Python syntax errors are
+// trailing expression's value, redacted like any output; displays are the figures
+// the code drew (PNG, not redacted: images are not text). The Python syntax errors are
 // not violations: they are the code's own error.
 func (e *Engine) applyReport(res *box.Result) {
 	rep := python.ParseReport(res.Report)
 	res.Report = nil
+	if len(rep.Display) > 0 {
+		res.Display = rep.Display
+	}
 	if rep.Result != nil {
 		v, n := e.redactor.Redact(*rep.Result)
 		res.Redactions += n

@@ -23,7 +23,7 @@ const (
 	// longer lines are dropped.
 	maxReportLine = 8 << 20
 	// maxCallReport bounds what one call's report keeps.
-	maxCallReport = 16 << 20
+	maxCallReport = box.MaxReportBytes
 	// readyTimeout bounds the interpreter's start, up to its ready line.
 	readyTimeout = 30 * time.Second
 )
