@@ -363,6 +363,10 @@ func (s *session) Exec(ctx context.Context, call *box.Call) (*box.Result, error)
 			}
 		}
 		if finished {
+			// The output written before "done" reached the pipes before "done"
+			// reached the report; the reads above may have run before both.
+			s.readInto(s.outFD, outSink, &outN)
+			s.readInto(s.errFD, errSink, &errN)
 			break
 		}
 		s.takeExited()
