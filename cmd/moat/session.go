@@ -289,6 +289,14 @@ func sessionExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		writeJSON(stdout, res)
 		return 0
 	}
+	// As a notebook shows it: the value of a trailing expression, and a note for
+	// each figure (the PNGs are in the --json result).
+	if res.Result != nil {
+		fmt.Fprintln(stdout, *res.Result)
+	}
+	for i, d := range res.Display {
+		fmt.Fprintf(stderr, "moat: display %d: %s (%d bytes of base64; use --json to get it)\n", i+1, d.MIMEType, len(d.Data))
+	}
 	return reportLive(res, stderr)
 }
 
