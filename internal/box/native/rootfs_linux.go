@@ -28,9 +28,10 @@ const (
 var hostTrees = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
 
 // hostEtc are the only entries of the host's /etc in the box: what the dynamic loader
-// needs, the alternatives symlinks /usr/bin points into, the time zone, and
-// matplotlibrc (Debian keeps matplotlib's defaults there).
-var hostEtc = []string{"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "matplotlibrc"}
+// needs, the alternatives symlinks /usr/bin points into, the time zone, matplotlibrc
+// (Debian keeps matplotlib's defaults there) and fontconfig's configuration (without
+// it matplotlib's font lookup prints an error to the code's stderr).
+var hostEtc = []string{"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "matplotlibrc", "fonts"}
 
 // devices are bind-mounted from the host's /dev; nothing else of /dev exists in the box.
 var devices = []string{"null", "zero", "full", "random", "urandom"}
