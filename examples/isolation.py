@@ -1,4 +1,5 @@
-# What untrusted code sees inside a moat box. Run: ./moat run examples/isolation.py
+# What untrusted code sees inside a moat box. Run: ./moat run --profile open examples/isolation.py
+# (the default profile refuses its socket import before the code runs).
 import os, socket
 
 def attempt(what, fn):

@@ -98,6 +98,7 @@ var SafeEnv = []string{
 	"TMPDIR=/tmp",
 	"PYTHONDONTWRITEBYTECODE=1",
 	"MPLCONFIGDIR=/tmp/.matplotlib",
+	"MPLBACKEND=Agg", // figures render off-screen; the runner returns them as displays
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

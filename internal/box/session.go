@@ -45,6 +45,10 @@ type Call struct {
 	Stdout, Stderr io.Writer
 	// Filter wraps each output stream, as Spec.Filter.
 	Filter func(next io.Writer) io.WriteCloser
+	// OneShot says the call is the box's only one (a one-shot execution in a box
+	// made ahead of time): at the timeout the box is killed at once, as a one-shot
+	// box is, and the result carries no notes about the session living on.
+	OneShot bool
 }
 
 // InterruptGrace is how long an interrupted call has to stop before its box is killed.

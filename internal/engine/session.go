@@ -317,15 +317,27 @@ func (e *Engine) runForFiles(ctx context.Context, spec *box.Spec, profile string
 	if !ok {
 		return nil, fmt.Errorf("%w: the %s backend cannot return output files", ErrBadRequest, e.backend.Name())
 	}
-	ss := &box.SessionSpec{Language: spec.Language, Env: spec.Env, Limits: spec.Limits, Network: spec.Network}
-	if spec.Language == "python" {
-		e.pythonSession(ss, pythonPolicy(profile, prof))
-	}
-	s, err := sb.StartSession(ctx, ss)
+	s, err := sb.StartSession(ctx, e.oneShotSpec(spec, profile, prof))
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
+	return runOneShot(ctx, s, spec, outputs)
+}
+
+// oneShotSpec is the session box a one-shot execution of spec runs in.
+func (e *Engine) oneShotSpec(spec *box.Spec, profile string, prof config.Profile) *box.SessionSpec {
+	ss := &box.SessionSpec{Language: spec.Language, Env: spec.Env, Limits: spec.Limits, Network: spec.Network}
+	if spec.Language == "python" {
+		e.pythonSession(ss, pythonPolicy(profile, prof))
+	}
+	return ss
+}
+
+// runOneShot runs spec as the only call of the session box s (made for it, or taken
+// from the warm pool): input files in, the code, output files out. The caller closes
+// s afterwards.
+func runOneShot(ctx context.Context, s box.Session, spec *box.Spec, outputs []string) (*box.Result, error) {
 	for _, f := range spec.Files {
 		st, err := f.Src.Stat()
 		if err != nil {
@@ -335,7 +347,10 @@ func (e *Engine) runForFiles(ctx context.Context, spec *box.Spec, profile string
 			return nil, fmt.Errorf("input file %s: %w", f.Dest, err)
 		}
 	}
-	res, err := s.Exec(ctx, &box.Call{Code: spec.Code, Timeout: spec.Limits.WithDefaults().Timeout, Stdout: spec.Stdout, Stderr: spec.Stderr, Filter: spec.Filter})
+	res, err := s.Exec(ctx, &box.Call{
+		Code: spec.Code, Timeout: spec.Limits.WithDefaults().Timeout, OneShot: true,
+		Stdout: spec.Stdout, Stderr: spec.Stderr, Filter: spec.Filter,
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -395,8 +395,16 @@ func (s *session) Exec(ctx context.Context, call *box.Call) (*box.Result, error)
 			stopFor = box.StatusOutputLimit
 			s.signal(unix.SIGKILL)
 			graceEnd = now.Add(box.InterruptGrace)
+		case stopFor == "" && ctx.Err() != nil && call.OneShot:
+			stopFor = box.StatusKilled
+			s.destroy(fmt.Errorf("%w: the request was cancelled", box.ErrSessionClosed))
+			lost = true
 		case stopFor == "" && ctx.Err() != nil:
 			interrupt(box.StatusKilled)
+		case stopFor == "" && !now.Before(deadline) && call.OneShot:
+			stopFor = box.StatusTimeout
+			s.destroy(fmt.Errorf("%w: killed after the timeout of %s", box.ErrSessionClosed, timeout))
+			lost = true
 		case stopFor == "" && !now.Before(deadline):
 			interrupt(box.StatusTimeout)
 		case stopFor != "" && !now.Before(graceEnd):
@@ -424,6 +432,11 @@ func (s *session) Exec(ctx context.Context, call *box.Call) (*box.Result, error)
 	switch {
 	case lost && stopFor == "":
 		return nil, s.Err()
+	case lost && call.OneShot && stopFor == box.StatusTimeout:
+		res.Status, res.ExitCode = stopFor, -1
+		res.Stderr += fmt.Sprintf("\n[moat: killed after the timeout of %s]\n", timeout)
+	case lost && call.OneShot:
+		res.Status, res.ExitCode = stopFor, -1
 	case lost:
 		res.Status, res.ExitCode = stopFor, -1
 		res.Stderr += fmt.Sprintf("\n[moat: %s; the session's box was destroyed and its state is lost]\n", stopReason(stopFor, timeout))
@@ -443,7 +456,7 @@ func (s *session) Exec(ctx context.Context, call *box.Call) (*box.Result, error)
 	default:
 		res.Status = box.StatusOK
 	}
-	if s.interpDead && !lost {
+	if s.interpDead && !lost && !call.OneShot {
 		res.Warnings = append(res.Warnings, "the interpreter ended: the next call starts a fresh one (variables, imports and functions are gone; files are kept)")
 	}
 	res.Normalize()
