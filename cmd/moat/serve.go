@@ -127,6 +127,17 @@ func serve(cfg *config.Config, srv config.ResolvedServer, log *slog.Logger, stde
 	}
 	reapBoxes(log)
 	logIsolation(log)
+	// After the reaping, which would take the pool's boxes for a crashed run's.
+	if srv.Pool.Enabled {
+		if err := eng.EnablePool(engine.PoolOptions{
+			Size: srv.Pool.Size, MaxKeys: srv.Pool.MaxKeys, Refills: srv.Pool.Refill,
+			IdleKeyTTL: srv.Pool.IdleTTL, Warm: srv.Pool.Warm,
+		}); err != nil {
+			fmt.Fprintf(stderr, "moat: warm pool: %v\n", err)
+			return exitInternal
+		}
+		log.Info("warm pool: on", "size", srv.Pool.Size, "warm", srv.Pool.Warm, "refills", srv.Pool.Refill)
+	}
 
 	ln, err := net.Listen("tcp", srv.Listen)
 	if err != nil {

@@ -58,6 +58,46 @@ type Server struct {
 	// APIKeys are the principals allowed to call the server, one key each. Without
 	// any, the gate generates one token for the principal "default".
 	APIKeys []APIKey `yaml:"api_keys"`
+	// Pool keeps Python boxes ready for one-shot executions (the warm pool).
+	Pool Pool `yaml:"pool"`
+}
+
+// Pool configures the warm pool: boxes made ahead of time, each serving exactly one
+// one-shot execution.
+type Pool struct {
+	// Size is how many ready boxes are kept per (language, profile, limits), at most
+	// MaxPoolSize; DefaultPoolSize when unset. "size: 0" turns the pool off: every
+	// execution then starts its box when it arrives.
+	Size int `yaml:"size"`
+	// MaxKeys bounds the (language, profile, limits) combinations kept warm;
+	// DefaultPoolKeys when 0.
+	MaxKeys int `yaml:"max_keys"`
+	// Refills bounds the boxes made at once in the background; DefaultPoolRefills
+	// when 0.
+	Refills int `yaml:"refills"`
+	// IdleTTL drains a combination unused for this long, a duration;
+	// DefaultPoolIdleTTL when empty.
+	IdleTTL string `yaml:"idle_ttl"`
+	// Warm names the profiles whose boxes are made at start; the config's profile
+	// when empty.
+	Warm []string `yaml:"warm"`
+}
+
+// Warm pool defaults and bounds.
+const (
+	DefaultPoolSize    = 2
+	DefaultPoolKeys    = 4
+	DefaultPoolRefills = 2
+	DefaultPoolIdleTTL = 5 * time.Minute
+	MaxPoolSize        = 64
+)
+
+// ResolvedPool is Pool parsed, with its defaults applied.
+type ResolvedPool struct {
+	Enabled               bool
+	Size, MaxKeys, Refill int
+	IdleTTL               time.Duration
+	Warm                  []string
 }
 
 // Sessions bounds sessions server-wide.
@@ -116,6 +156,7 @@ type ResolvedServer struct {
 	MaxFile       int64  // bytes
 	ShutdownGrace time.Duration
 	Sessions      ResolvedSessions
+	Pool          ResolvedPool
 	// Keys are the configured principals; empty when the gate is to generate a token.
 	Keys []ResolvedKey
 	// Profile, Quotas and Limits are the principal "default" of a generated token:
@@ -262,6 +303,27 @@ func (c *Config) checkServer(ps *problems, present func(string) bool, lookupEnv 
 		ps.add("server.sessions.idle_ttl", "%v is longer than sessions.max_lifetime (%v), so it never applies", r.Sessions.IdleTTL, r.Sessions.MaxLifetime)
 	}
 	count("server.sessions.max_total", s.Sessions.MaxTotal, &r.Sessions.MaxTotal, ps, present)
+	r.Pool = ResolvedPool{Enabled: true, Size: DefaultPoolSize, MaxKeys: DefaultPoolKeys,
+		Refill: DefaultPoolRefills, IdleTTL: DefaultPoolIdleTTL, Warm: []string{c.DefaultProfile()}}
+	switch size := s.Pool.Size; {
+	case size == 0 && present("server.pool.size"):
+		r.Pool.Enabled, r.Pool.Size = false, 0
+	case size < 0 || size > MaxPoolSize:
+		ps.add("server.pool.size", "invalid value %d (want 0, which turns the pool off, to %d ready boxes per profile)", size, MaxPoolSize)
+	case size > 0:
+		r.Pool.Size = size
+	}
+	count("server.pool.max_keys", s.Pool.MaxKeys, &r.Pool.MaxKeys, ps, present)
+	count("server.pool.refills", s.Pool.Refills, &r.Pool.Refill, ps, present)
+	duration("server.pool.idle_ttl", s.Pool.IdleTTL, &r.Pool.IdleTTL)
+	if len(s.Pool.Warm) > 0 {
+		r.Pool.Warm = slices.Clone(s.Pool.Warm)
+		for i, name := range s.Pool.Warm {
+			if _, err := c.ResolveProfile(name); err != nil {
+				ps.add(fmt.Sprintf("server.pool.warm[%d]", i), "%v", err)
+			}
+		}
+	}
 
 	r.Quotas = defaultQuotas()
 	r.Limits = c.Limits.check(&problems{}, "", nil) // problems are Validate's, under "limits"

@@ -37,6 +37,7 @@ func TestServerDefaults(t *testing.T) {
 			MaxFile:       64 << 20,
 			ShutdownGrace: 30 * time.Second,
 			Sessions:      ResolvedSessions{IdleTTL: 10 * time.Minute, MaxLifetime: time.Hour, MaxTotal: 64},
+			Pool:          ResolvedPool{Enabled: true, Size: 2, MaxKeys: 4, Refill: 2, IdleTTL: 5 * time.Minute, Warm: []string{ProfileDefault}},
 			Profile:       ProfileDefault,
 			Quotas:        ResolvedQuotas{Concurrent: 4, Sessions: 8, Rate: 1, Burst: 60},
 		}
@@ -90,6 +91,12 @@ server:
     idle_ttl: 1m
     max_lifetime: 2m
     max_total: 3
+  pool:
+    size: 3
+    max_keys: 2
+    refills: 1
+    idle_ttl: 1m
+    warm: [web, strict]
   api_keys:
     - principal: alice
       key_env: KEY_A
@@ -118,6 +125,7 @@ server:
 		MaxFile:       2 << 20,
 		ShutdownGrace: 5 * time.Second,
 		Sessions:      ResolvedSessions{IdleTTL: time.Minute, MaxLifetime: 2 * time.Minute, MaxTotal: 3},
+		Pool:          ResolvedPool{Enabled: true, Size: 3, MaxKeys: 2, Refill: 1, IdleTTL: time.Minute, Warm: []string{"web", "strict"}},
 		Keys: []ResolvedKey{
 			{
 				Principal: "alice", SHA256: sha256.Sum256([]byte(keyA)), Profile: "web", Profiles: []string{"open", "strict"},
@@ -157,7 +165,11 @@ func TestServerErrors(t *testing.T) {
 		src  string
 		want string // a line of the error
 	}{
-		{"unknown server key", "server:\n  port: 80\n", `m.yaml:2: server.port: unknown key (want api_keys, data_dir, listen, max_body, max_file, sessions or shutdown_grace)`},
+		{"pool size negative", "server:\n  pool: {size: -1}\n", `m.yaml:2: server.pool.size: invalid value -1`},
+		{"pool too big", "server:\n  pool: {size: 65}\n", `m.yaml:2: server.pool.size: invalid value 65`},
+		{"pool unknown profile", "server:\n  pool:\n    warm: [nope]\n", `m.yaml:3: server.pool.warm[0]: `},
+		{"pool bad ttl", "server:\n  pool: {idle_ttl: soon}\n", `m.yaml:2: server.pool.idle_ttl: `},
+		{"unknown server key", "server:\n  port: 80\n", `m.yaml:2: server.port: unknown key (want api_keys, data_dir, listen, max_body, max_file, pool, sessions or shutdown_grace)`},
 		{"listen without port", "server:\n  listen: localhost\n", `m.yaml:2: server.listen: invalid address "localhost" (want host:port, e.g. 127.0.0.1:7420)`},
 		{"listen bad port", "server:\n  listen: 'localhost:http'\n", `m.yaml:2: server.listen: invalid port "http" in "localhost:http" (want a number from 0 to 65535)`},
 		{"listen port too large", "server:\n  listen: '127.0.0.1:70000'\n", `m.yaml:2: server.listen: invalid port "70000"`},
@@ -348,5 +360,15 @@ func TestExampleServer(t *testing.T) {
 	}
 	if _, err := c.ResolveServer(env(nil)); err == nil || !strings.Contains(err.Error(), "MOAT_KEY_ALICE is not set") {
 		t.Errorf("example without its key variable: %v", err)
+	}
+}
+
+func TestPoolOff(t *testing.T) {
+	r, err := mustParse(t, "server:\n  pool: {size: 0}\n").ResolveServer(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Pool.Enabled || r.Pool.Size != 0 {
+		t.Fatalf("size 0: %+v, want the pool off", r.Pool)
 	}
 }

@@ -37,6 +37,8 @@ type Engine struct {
 	log      *slog.Logger
 	redactor *filter.Redactor
 
+	// The warm pool, once EnablePool has run.
+	pool *pool
 	// Sessions, once EnableSessions has run.
 	sessions  *session.Store[*liveSession]
 	stopSweep context.CancelFunc
@@ -120,9 +122,17 @@ func (e *Engine) Execute(ctx context.Context, req *Request) (*box.Result, error)
 	streams := &streamSet{red: e.redactor}
 	spec.Filter = streams.wrap
 	var res *box.Result
-	if len(req.OutputFiles) > 0 {
+	var pooled box.Session
+	if e.pool != nil && poolable(spec) {
+		pooled = e.pool.take(poolKey{lang: lang.Name, profile: name, limits: lim}, e.oneShotSpec(spec, name, prof))
+	}
+	switch {
+	case pooled != nil:
+		res, err = runOneShot(ctx, pooled, spec, req.OutputFiles)
+		e.pool.release(pooled)
+	case len(req.OutputFiles) > 0:
 		res, err = e.runForFiles(ctx, spec, name, prof, req.OutputFiles)
-	} else {
+	default:
 		res, err = e.backend.Run(ctx, spec)
 	}
 	if err != nil {

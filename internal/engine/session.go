@@ -297,8 +297,12 @@ func (e *Engine) RemoveFile(ctx context.Context, owner, id, path string) error {
 	return lost(id, ls.RemoveFile(ctx, path))
 }
 
-// Close destroys every session's box. The engine serves no session afterwards.
+// Close destroys every session's box and the warm pool. The engine serves no session
+// (and no pooled execution) afterwards.
 func (e *Engine) Close() error {
+	if e.pool != nil {
+		e.pool.close()
+	}
 	if e.sessions == nil {
 		return nil
 	}

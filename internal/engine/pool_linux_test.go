@@ -1,0 +1,137 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moat-sandbox/moat/internal/box"
+	"github.com/moat-sandbox/moat/internal/box/native"
+	"github.com/moat-sandbox/moat/internal/childproc"
+	"github.com/moat-sandbox/moat/internal/config"
+	"github.com/moat-sandbox/moat/internal/testutil"
+)
+
+// TestMain lets the test binary act as the box's init (the native backend re-executes
+// it).
+func TestMain(m *testing.M) {
+	childproc.Dispatch()
+	os.Exit(m.Run())
+}
+
+func pooledEngine(t *testing.T, opts PoolOptions) *Engine {
+	t.Helper()
+	testutil.RequireRoot(t)
+	e, err := New(config.Default(), &native.Backend{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.EnablePool(opts); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+// waitReady waits until the pool holds n ready boxes.
+func waitReady(t *testing.T, e *Engine, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for e.PoolStats().Ready < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool has %+v, want %d ready", e.PoolStats(), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPoolBoxServesOnce runs executions that each leave traces of every kind in
+// their box; a later execution must find none of them, pooled or not.
+func TestPoolBoxServesOnce(t *testing.T) {
+	e := pooledEngine(t, PoolOptions{Size: 2, Warm: []string{"open"}})
+	waitReady(t, e, 2)
+	code := `import os, subprocess, sys
+seen = [p for p in ('/workspace/trace', '/tmp/trace', '/dev/shm/trace') if os.path.exists(p)]
+procs = [p for p in os.listdir('/proc') if p.isdigit() and open('/proc/%s/cmdline' % p, 'rb').read().startswith(b'sleep')]
+print('seen', seen, 'procs', len(procs), 'env', os.environ.get('TRACE'), 'mod', 'trace_mod' in sys.modules, 'var', 'trace_var' in globals())
+for p in ('/workspace/trace', '/tmp/trace', '/dev/shm/trace'):
+    open(p, 'w').write('x')
+os.environ['TRACE'] = '1'
+sys.modules['trace_mod'] = sys
+trace_var = 1
+subprocess.Popen(['sleep', '1000'])
+`
+	for i := 0; i < 6; i++ {
+		res, err := e.Execute(context.Background(), &Request{Language: "python", Code: []byte(code), Profile: "open"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != box.StatusOK || res.Stdout != "seen [] procs 0 env None mod False var False\n" {
+			t.Fatalf("execution %d saw a previous one: %+v", i, res)
+		}
+		time.Sleep(200 * time.Millisecond) // let the pool refill, so most runs are hits
+	}
+	if st := e.PoolStats(); st.Hits < 3 {
+		t.Fatalf("pool stats %+v: want most executions served from the pool", st)
+	}
+}
+
+// TestPoolTimeoutKillsTheBox: a pooled execution is killed at its timeout like a cold
+// one, with the same result.
+func TestPoolTimeoutKillsTheBox(t *testing.T) {
+	e := pooledEngine(t, PoolOptions{Size: 1, Warm: []string{"default"}})
+	waitReady(t, e, 1)
+	start := time.Now()
+	res, err := e.Execute(context.Background(), &Request{Language: "python", Code: []byte("print('started', flush=True)\nwhile True:\n    pass"), Limits: box.Limits{Timeout: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != box.StatusTimeout || res.Stdout != "started\n" || !strings.Contains(res.Stderr, "killed after the timeout of 1s") {
+		t.Fatalf("timeout: %+v", res)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("the timed-out execution took %s", d)
+	}
+}
+
+// TestPoolUnderLoadAndClose: concurrent executions never get a half-made box, and
+// Close leaves no box of this process behind.
+func TestPoolUnderLoadAndClose(t *testing.T) {
+	e := pooledEngine(t, PoolOptions{Size: 2, Warm: []string{"default"}})
+	waitReady(t, e, 2)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for c := 0; c < 4; c++ {
+		wg.Go(func() {
+			for i := 0; i < 8; i++ {
+				res, err := e.Execute(context.Background(), &Request{Language: "python", Code: []byte(fmt.Sprintf("print(%d * %d)", c, i))})
+				switch {
+				case err != nil:
+					errs <- err
+				case res.Status != box.StatusOK || res.Stdout != fmt.Sprintf("%d\n", c*i):
+					errs <- fmt.Errorf("client %d run %d: %+v", c, i, res)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	pattern := fmt.Sprintf("/sys/fs/cgroup/*/moat/box-%d-*", os.Getpid())
+	if left, _ := filepath.Glob(pattern); len(left) > 0 {
+		t.Fatalf("boxes left after Close: %v", left)
+	}
+	if st := e.PoolStats(); st.Ready != 0 || st.Making != 0 {
+		t.Fatalf("pool after Close: %+v", st)
+	}
+}
