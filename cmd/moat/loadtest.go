@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -58,18 +55,14 @@ Flags:
 
 // Load test settings that are not flags.
 const (
-	loadRetries       = 3                // retries of a request answered 429
-	loadCallTimeout   = 2 * time.Minute  // bound on one request, retries excluded
-	loadBaselineRuns  = 20               // serial runs of the bare interpreter (after 3 warm-ups)
-	loadIdleRuns      = 10               // serial one-shot executions on the idle server (after 2 warm-ups)
-	loadListenWait    = 30 * time.Second // for the own server to listen
-	loadStopWait      = 60 * time.Second // for the own server to exit after SIGTERM
-	loadCleanupWait   = 5 * time.Second  // for boxes to go after the load, server still running
-	loadFirstErrors   = 5                // errors kept for the report
-	loadKeyEnv        = "MOAT_LOADTEST_KEY"
-	loadBareBash      = "/bin/bash"
-	loadOwnPrincipal  = "loadtest"
-	loadServerLogKeep = 64 << 10 // bytes of the own server's log kept for a failure
+	loadRetries      = 3               // retries of a request answered 429
+	loadCallTimeout  = 2 * time.Minute // bound on one request, retries excluded
+	loadBaselineRuns = 20              // serial runs of the bare interpreter (after 3 warm-ups)
+	loadIdleRuns     = 10              // serial one-shot executions on the idle server (after 2 warm-ups)
+	loadCleanupWait  = 5 * time.Second // for boxes to go after the load, server still running
+	loadFirstErrors  = 5               // errors kept for the report
+	loadBareBash     = "/bin/bash"
+	loadOwnPrincipal = "loadtest"
 )
 
 // Host uids of a box's processes when moat runs as root: native.HostRootUID (init)
@@ -279,7 +272,9 @@ func cmdLoadtest(args []string, stdout, stderr io.Writer) int {
 	var c *client.Client
 	if *server == "" {
 		var err error
-		own, err = startOwnServer(ctx, *clients, stderr)
+		own, err = startOwnServer(ctx, ownServerOptions{
+			name: "moat loadtest", principal: loadOwnPrincipal, concurrent: *clients,
+		}, stderr)
 		if err != nil {
 			fmt.Fprintf(stderr, "moat loadtest: %v\n", err)
 			return 1
@@ -781,163 +776,6 @@ func writeLoadTable(w io.Writer, r *loadReport) {
 // splitClients says how the clients divide between the two kinds.
 func splitClients(n int) string {
 	return fmt.Sprintf("%d one-shot, %d in sessions", (n+1)/2, n/2)
-}
-
-// ownServer is the moat serve this command started.
-type ownServer struct {
-	dir    string // temp dir: config and data dir
-	url    string
-	key    string
-	pid    int
-	cmd    *exec.Cmd
-	log    *serverLog
-	exited chan struct{}
-}
-
-// startOwnServer starts moat serve on a free loopback port with a config whose one
-// principal may run clients executions and sessions at once and is in effect not
-// rate-limited, and waits until it listens.
-func startOwnServer(ctx context.Context, clients int, stderr io.Writer) (*ownServer, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "moat-loadtest-")
-	if err != nil {
-		return nil, err
-	}
-	s := &ownServer{dir: dir, log: &serverLog{}, exited: make(chan struct{})}
-	var b [24]byte
-	_, _ = rand.Read(b[:])
-	s.key = hex.EncodeToString(b[:])
-	quota := max(64, clients)
-	cfg := fmt.Sprintf(`server:
-  listen: 127.0.0.1:0
-  shutdown_grace: 30s
-  sessions:
-    max_total: %d
-  api_keys:
-    - principal: %s
-      key_env: %s
-      quotas:
-        concurrent: %d
-        sessions: %d
-        rate: 100000/s
-`, quota, loadOwnPrincipal, loadKeyEnv, quota, quota)
-	cfgPath := filepath.Join(dir, "moat.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		s.remove()
-		return nil, err
-	}
-	s.cmd = exec.Command(self, "serve", "--config", cfgPath, "--data-dir", filepath.Join(dir, "data"))
-	s.cmd.Env = append(os.Environ(), loadKeyEnv+"="+s.key, "MOAT_TOKEN=")
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		s.remove()
-		return nil, err
-	}
-	s.cmd.Stderr = pw
-	if err := s.cmd.Start(); err != nil {
-		pw.Close()
-		pr.Close()
-		s.remove()
-		return nil, fmt.Errorf("start moat serve: %w", err)
-	}
-	pw.Close()
-	s.pid = s.cmd.Process.Pid
-	listening := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			if addr, ok := strings.CutPrefix(line, "moat: listening on "); ok {
-				listening <- addr
-				s.log.started()
-			}
-			s.log.add(line)
-		}
-		pr.Close()
-	}()
-	go func() {
-		_ = s.cmd.Wait()
-		close(s.exited)
-	}()
-	select {
-	case s.url = <-listening:
-		fmt.Fprintf(stderr, "moat loadtest: started moat serve (pid %d) on %s\n", s.pid, s.url)
-		return s, nil
-	case <-s.exited:
-		err = fmt.Errorf("moat serve exited before listening (%v):\n%s", s.cmd.ProcessState, s.log.tail())
-	case <-time.After(loadListenWait):
-		err = fmt.Errorf("moat serve did not listen within %v:\n%s", loadListenWait, s.log.tail())
-	case <-ctx.Done():
-		err = errors.New("interrupted")
-	}
-	s.stop()
-	s.remove()
-	return nil, err
-}
-
-// stop sends SIGTERM, waits for the server to exit (SIGKILL after loadStopWait) and
-// returns its exit status, -1 when it had to be killed or died of a signal.
-func (s *ownServer) stop() int {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(loadStopWait):
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-		return -1
-	}
-	return s.cmd.ProcessState.ExitCode()
-}
-
-// remove deletes the temp dir (config and data dir).
-func (s *ownServer) remove() { _ = os.RemoveAll(s.dir) }
-
-// serverLog keeps the tail of the own server's log, and its warnings and errors
-// once it listens.
-type serverLog struct {
-	mu        sync.Mutex
-	buf       []byte
-	listening bool
-	first     []string // the first warnings and errors
-	count     int      // all of them
-}
-
-func (l *serverLog) started() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.listening = true
-}
-
-func (l *serverLog) add(line string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf = append(l.buf, line...)
-	l.buf = append(l.buf, '\n')
-	if len(l.buf) > loadServerLogKeep {
-		l.buf = slices.Clone(l.buf[len(l.buf)-loadServerLogKeep:])
-	}
-	if l.listening && (strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR")) {
-		l.count++
-		if len(l.first) < loadFirstErrors {
-			l.first = append(l.first, line)
-		}
-	}
-}
-
-func (l *serverLog) tail() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return string(l.buf)
-}
-
-func (l *serverLog) problems() ([]string, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.first), l.count
 }
 
 // loadBoxUIDs returns the host uids that only a box's processes run as: none

@@ -691,3 +691,23 @@ func TestFind(t *testing.T) {
 		t.Errorf("Find() with a missing $MOAT_CONFIG = %v", err)
 	}
 }
+
+func TestPreloadMustBeAllowed(t *testing.T) {
+	for _, tc := range []struct{ name, src, want string }{
+		{"denied in default", "profiles:\n  p:\n    preload: [pandas, subprocess]\n", `m.yaml:3: profiles.p.preload[1]: "subprocess" is denied by python.deny_modules (subprocess)`},
+		{"submodule of a denied one", "profiles:\n  p:\n    preload: [os.path, multiprocessing.pool]\n", `m.yaml:3: profiles.p.preload[1]: "multiprocessing.pool" is denied`},
+		{"not in strict's allowlist", "profiles:\n  p:\n    extends: strict\n    preload: [requests]\n", `m.yaml:4: profiles.p.preload[0]: "requests" is not in python.allow_modules`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := parseErr(t, tc.src); !strings.Contains(got, tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+	for _, ok := range []string{
+		"profiles:\n  p:\n    preload: [pandas, numpy, matplotlib.pyplot]\n",
+		"profiles:\n  p:\n    extends: open\n    preload: [subprocess]\n",
+	} {
+		mustParse(t, ok)
+	}
+}

@@ -123,6 +123,11 @@ func (c *Config) checkProfile(ps *problems, name string, present func(string) bo
 	if err != nil {
 		return // reported by checkExtends
 	}
+	for i, m := range p.Preload {
+		if why := r.Python.refuses(m); why != "" {
+			ps.add(fmt.Sprintf("%s.preload[%d]", base, i), "%s: preloading would hand user code a module the profile keeps from it", why)
+		}
+	}
 	switch r.Python.Mode {
 	case ModeOff:
 		if p.Python.hasRules() {
@@ -370,4 +375,28 @@ func matchesEmpty(s string) bool {
 		}
 	}
 	return false
+}
+
+// refuses says why the policy keeps user code from importing module, or "".
+func (pp PythonPolicy) refuses(module string) string {
+	covers := func(list []string) string {
+		for _, m := range list {
+			if module == m || strings.HasPrefix(module, m+".") {
+				return m
+			}
+		}
+		return ""
+	}
+	switch pp.Mode {
+	case ModeOff:
+		return ""
+	case ModeAllowlist:
+		if covers(pp.AllowModules) == "" {
+			return fmt.Sprintf("%q is not in python.allow_modules", module)
+		}
+	}
+	if m := covers(pp.DenyModules); m != "" {
+		return fmt.Sprintf("%q is denied by python.deny_modules (%s)", module, m)
+	}
+	return ""
 }

@@ -135,3 +135,48 @@ func TestPoolUnderLoadAndClose(t *testing.T) {
 		t.Fatalf("pool after Close: %+v", st)
 	}
 }
+
+// TestPoolPreloadAndSessions: a profile's preload modules are imported before the code
+// arrives, and sessions are served from the pool too.
+func TestPoolPreloadAndSessions(t *testing.T) {
+	testutil.RequireRoot(t)
+	cfg, err := config.Parse("moat.yaml", []byte("profiles:\n  pre:\n    preload: [json, pandas]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(cfg, &native.Backend{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	if err := e.EnablePool(PoolOptions{Size: 1, Warm: []string{"pre"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.EnableSessions(SessionOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, e, 1)
+	code := "import sys\nprint('pandas' in sys.modules)\nimport pandas as pd\nprint(int(pd.DataFrame({'a': [1, 2]}).sum()['a']))"
+	res, err := e.Execute(context.Background(), &Request{Language: "python", Code: []byte(code), Profile: "pre"})
+	if err != nil || res.Status != box.StatusOK || res.Stdout != "True\n3\n" {
+		t.Fatalf("pooled execution with preload: %+v %v", res, err)
+	}
+	waitReady(t, e, 1)
+	hits := e.PoolStats().Hits
+	info, err := e.CreateSession(context.Background(), &SessionRequest{Owner: "o", Language: "python", Profile: "pre"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.PoolStats().Hits != hits+1 {
+		t.Fatalf("the session did not come from the pool: %+v", e.PoolStats())
+	}
+	res, err = e.SessionExecute(context.Background(), "o", info.ID, &CallRequest{Code: []byte("x = 2\nx * 21")})
+	if err != nil || res.Result == nil || *res.Result != "42" {
+		t.Fatalf("session from the pool: %+v %v", res, err)
+	}
+	// Without preload, the module is not there before the code imports it.
+	res, err = e.Execute(context.Background(), &Request{Language: "python", Code: []byte("import sys\nprint('pandas' in sys.modules)")})
+	if err != nil || res.Stdout != "False\n" {
+		t.Fatalf("default profile: %+v %v", res, err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/box"
@@ -137,12 +138,19 @@ func (e *Engine) CreateSession(ctx context.Context, req *SessionRequest) (Sessio
 	}
 	spec := &box.SessionSpec{Language: lang.Name, Env: req.Env, Limits: lim, Network: "none"}
 	if lang.Name == "python" {
-		e.pythonSession(spec, pythonPolicy(name, prof))
+		e.pythonSession(spec, pythonPolicy(name, prof), prof.Preload)
 	}
-	sb, err := e.backend.(box.SessionBackend).StartSession(ctx, spec)
-	if err != nil {
-		slot.Cancel()
-		return SessionInfo{}, err
+	// A box from the warm pool serves a session as well as an execution: it has
+	// never run code, and it is destroyed with the session.
+	var sb box.Session
+	if e.pool != nil && lang.Name == "python" && len(req.Env) == 0 {
+		sb = e.pool.take(poolKey{lang: lang.Name, profile: name, limits: lim}, spec)
+	}
+	if sb == nil {
+		if sb, err = e.backend.(box.SessionBackend).StartSession(ctx, spec); err != nil {
+			slot.Cancel()
+			return SessionInfo{}, err
+		}
 	}
 	ls := &liveSession{Session: sb, lang: lang.Name, profile: name,
 		shell: policy.ShellRules{Profile: name, Allow: prof.Shell.Allow, Deny: prof.Shell.Deny}}
@@ -333,7 +341,7 @@ func (e *Engine) runForFiles(ctx context.Context, spec *box.Spec, profile string
 func (e *Engine) oneShotSpec(spec *box.Spec, profile string, prof config.Profile) *box.SessionSpec {
 	ss := &box.SessionSpec{Language: spec.Language, Env: spec.Env, Limits: spec.Limits, Network: spec.Network}
 	if spec.Language == "python" {
-		e.pythonSession(ss, pythonPolicy(profile, prof))
+		e.pythonSession(ss, pythonPolicy(profile, prof), prof.Preload)
 	}
 	return ss
 }
@@ -372,13 +380,18 @@ func runOneShot(ctx context.Context, s box.Session, spec *box.Spec, outputs []st
 	return res, nil
 }
 
-// pythonSession makes a session spec start the Python policy runner in session mode.
-func (e *Engine) pythonSession(ss *box.SessionSpec, pol python.Policy) {
+// pythonSession makes a session spec start the Python policy runner in session mode,
+// importing the profile's preload modules before it says it is ready.
+func (e *Engine) pythonSession(ss *box.SessionSpec, pol python.Policy, preload []string) {
 	pyc := compiledRunner(e.log)
 	ss.Support = python.Support(pol, pyc)
 	runner := python.RunnerPath
 	if pyc != nil {
 		runner = python.CompiledRunnerPath
 	}
-	ss.Interpreter = append(python.Interpreter(runner), "--session")
+	ss.Interpreter = python.Interpreter(runner)
+	if len(preload) > 0 {
+		ss.Interpreter = append(ss.Interpreter, "--preload="+strings.Join(preload, ","))
+	}
+	ss.Interpreter = append(ss.Interpreter, "--session")
 }

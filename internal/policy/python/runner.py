@@ -3,7 +3,7 @@
 The engine starts it inside the box, usually compiled (see policy/python.CompileRunner),
 
     /usr/bin/python3 -u -I /.moat/runner.pyc [--policy FILE] [--check-only] /.moat/main.py [ARGS...]
-    /usr/bin/python3 -u -I /.moat/runner.pyc [--policy FILE] --session
+    /usr/bin/python3 -u -I /.moat/runner.pyc [--policy FILE] [--preload=MOD,...] --session
 
 with the policy at /.moat/policy.json (or FILE) and a report channel on file
 descriptor 3 (and, in a session, a request channel on fd 4; see "Session"). It is
@@ -1746,11 +1746,14 @@ def _main(argv):
     sys.dont_write_bytecode = True
     os.environ.setdefault('MPLBACKEND', 'Agg')
     policy_path, code_path, rest, check_only, session = '/.moat/policy.json', None, [], False, False
+    preload = []
     args = argv[1:]
     while args:
         a = args.pop(0)
         if a == '--policy' and args:
             policy_path = args.pop(0)
+        elif a.startswith('--preload='):
+            preload = [m for m in a[len('--preload='):].split(',') if m]
         elif a.startswith('--policy='):
             policy_path = a[len('--policy='):]
         elif a == '--check-only':
@@ -1760,9 +1763,9 @@ def _main(argv):
         else:
             code_path, rest = a, args
             break
-    if (code_path is None) != session or (session and check_only):
+    if (code_path is None) != session or (session and check_only) or (preload and not session):
         _fail('usage: runner.py [--policy FILE] [--check-only] CODE [ARGS...]\n'
-              '       runner.py [--policy FILE] --session')
+              '       runner.py [--policy FILE] [--preload=MOD,...] --session')
     runner_dir = os.path.dirname(os.path.abspath(argv[0]))
     policy_path = os.path.abspath(policy_path)
 
@@ -1777,7 +1780,7 @@ def _main(argv):
     if session:
         if report is None:
             _fail('--session needs the report channel on fd 3')
-        return _session(p, emit, loads, runner_dir, policy_path)
+        return _session(p, emit, loads, runner_dir, policy_path, preload)
 
     filename = os.path.abspath(code_path)  # the program's code objects and tracebacks
     try:
@@ -1994,10 +1997,12 @@ def _make_reader(fd, loads):
     return read
 
 
-def _session(p, emit, loads, runner_dir, policy_path):
+def _session(p, emit, loads, runner_dir, policy_path, preload=()):
     """Runs the requests of the request channel as calls in one __main__ until the
     channel ends (see "Session" in the module docstring). Returns 0 at its end; a
-    malformed request ends the runner with status 70."""
+    malformed request ends the runner with status 70. The preload modules are
+    imported first, by the runner, before the hook: the profile allows them (the
+    config checks it), and the code pays nothing for them."""
     import _signal, linecache, traceback  # the runner's own, before the hook
     del traceback  # imported for _show_error
     fd = _open_requests()
@@ -2006,6 +2011,13 @@ def _session(p, emit, loads, runner_dir, policy_path):
     read = _make_reader(fd, loads)
     cache = linecache.cache
 
+    for name in preload:
+        if not all(part.isidentifier() for part in name.split('.')):
+            _fail('--preload: %r is not a module name' % name)
+        try:
+            __import__(name)
+        except BaseException:  # a module that fails is the code's to see when it imports it
+            pass
     cwd = os.getcwd()
     g = _new_main(p, None)
     main_builtins = g['__builtins__']
