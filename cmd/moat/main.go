@@ -20,7 +20,8 @@ const usage = `moat runs untrusted Python and shell code in an isolated box.
 
 Usage:
   moat run [flags] [FILE|-]   run code in a fresh box (moat run -h for flags)
-  moat serve [flags]          serve the HTTP API (moat serve -h for flags)
+  moat serve [flags]          serve the HTTP API and MCP at /mcp (moat serve -h for flags)
+  moat mcp [flags]            serve the MCP tools over stdio, for an agent host (moat mcp -h)
   moat session COMMAND        sessions on a server: create, exec, put, get, ls, rm
                               (moat session for details)
   moat doctor                 what this host supports and what moat enforces here
@@ -50,6 +51,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdRun(args[1:], stdin, stdout, stderr)
 	case "serve":
 		return cmdServe(args[1:], stderr)
+	case "mcp":
+		return cmdMCP(args[1:], stdin, stdout, stderr)
 	case "session":
 		return cmdSession(args[1:], stdin, stdout, stderr)
 	case "doctor":

@@ -22,12 +22,14 @@ import (
 	"github.com/moat-sandbox/moat/internal/config"
 	"github.com/moat-sandbox/moat/internal/engine"
 	"github.com/moat-sandbox/moat/internal/gate"
+	"github.com/moat-sandbox/moat/internal/mcp"
 	"github.com/moat-sandbox/moat/internal/session"
 )
 
 const serveUsage = `Usage: moat serve [flags]
 
-Serves the HTTP API (JSON under /v1; the OpenAPI document at /v1/openapi.json) until
+Serves the HTTP API (JSON under /v1; the OpenAPI document at /v1/openapi.json) and
+the MCP tools (streamable HTTP at /mcp, as moat mcp serves them on stdio) until
 SIGTERM or SIGINT; then it stops accepting requests, lets running ones finish within
 server.shutdown_grace and destroys every box.
 
@@ -145,6 +147,10 @@ func serve(cfg *config.Config, srv config.ResolvedServer, log *slog.Logger, stde
 		return exitInternal
 	}
 	handler := api.New(api.Options{Engine: eng, Gate: g, Log: log, MaxBody: srv.MaxBody, MaxUpload: srv.MaxFile})
+	mcpServer := mcp.New(mcp.Options{Engine: eng, Gate: g, Log: log, Version: version, Grace: mcpGrace(log),
+		IdleTTL: srv.Sessions.IdleTTL, MaxLifetime: srv.Sessions.MaxLifetime})
+	defer mcpServer.Close()
+	mcpHandler := mcpServer.Handler(0)
 	// inflight counts running handlers: after the grace, their boxes must be gone
 	// (each handler destroys its own) before the process exits.
 	var inflight sync.WaitGroup
@@ -152,6 +158,10 @@ func serve(cfg *config.Config, srv config.ResolvedServer, log *slog.Logger, stde
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			inflight.Add(1)
 			defer inflight.Done()
+			if r.URL.Path == "/mcp" {
+				mcpHandler.ServeHTTP(w, r)
+				return
+			}
 			handler.ServeHTTP(w, r)
 		}),
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -159,6 +169,8 @@ func serve(cfg *config.Config, srv config.ResolvedServer, log *slog.Logger, stde
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	// MCP clients hold event streams open: end their sessions as the shutdown starts.
+	hs.RegisterOnShutdown(func() { mcpServer.CloseSessions() })
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	fmt.Fprintf(stderr, "moat: listening on http://%s\n", ln.Addr())
