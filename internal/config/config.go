@@ -77,6 +77,8 @@ type Config struct {
 	// Server configures `moat serve`: its address, data directory, size caps,
 	// sessions and API keys. See ResolveServer.
 	Server Server `yaml:"server"`
+	// Audit configures the audit trail of moat run and moat serve. See ResolveAudit.
+	Audit Audit `yaml:"audit"`
 
 	file  string          // name given to Parse, for messages
 	lines map[string]int  // setting path -> line in file, for messages; nil if built in code

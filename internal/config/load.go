@@ -201,7 +201,14 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 		if !plainScalar(n) {
 			w.ps.addLine(n.Line, path, "want a string, got %s", describe(n))
 		}
-	case reflect.Int:
+	case reflect.Bool:
+		if !w.want(n, yaml.ScalarNode, path, "true or false") {
+			return
+		}
+		if n.Tag != "!!bool" {
+			w.ps.addLine(n.Line, path, "want true or false, got %s", describe(n))
+		}
+	case reflect.Int, reflect.Int64:
 		if !w.want(n, yaml.ScalarNode, path, "a whole number") {
 			return
 		}

@@ -60,6 +60,10 @@ type Server struct {
 	APIKeys []APIKey `yaml:"api_keys"`
 	// Pool keeps Python boxes ready for one-shot executions (the warm pool).
 	Pool Pool `yaml:"pool"`
+	// MetricsPublic serves /metrics without authentication (for a Prometheus that
+	// holds no key). A warning when listen is not a loopback address. Otherwise any
+	// principal's key may read them; they name no principal.
+	MetricsPublic bool `yaml:"metrics_public"`
 }
 
 // Pool configures the warm pool: boxes made ahead of time, each serving exactly one
@@ -131,6 +135,9 @@ type APIKey struct {
 	Profiles []string `yaml:"profiles"`
 	// Quotas bound the principal's use of the server.
 	Quotas Quotas `yaml:"quotas"`
+	// Admin lets the principal read every principal's audit records (GET
+	// /v1/audit); others read only their own.
+	Admin bool `yaml:"admin"`
 	// MaxLimits cap the limits a request of this principal may ask for (the keys of
 	// Limits). An unset key caps at the config's limits, and below that at the
 	// engine's defaults: a request may ask for less than the defaults, not more.
@@ -181,6 +188,8 @@ type ResolvedKey struct {
 	Profile   string   // never empty
 	Profiles  []string // further profiles the principal may pick
 	Quotas    ResolvedQuotas
+	// Admin: the principal reads every principal's audit records.
+	Admin bool
 	// MaxLimits are max_limits laid over the config's limits; a zero field is
 	// unset in both, and the gate caps it at the engine's defaults.
 	MaxLimits ResolvedLimits
@@ -333,7 +342,7 @@ func (c *Config) checkServer(ps *problems, present func(string) bool, lookupEnv 
 	hashes := map[[sha256.Size]byte]int{}
 	for i, k := range s.APIKeys {
 		base := fmt.Sprintf("server.api_keys[%d]", i)
-		rk := ResolvedKey{Principal: k.Principal, Profile: k.Profile, Profiles: slices.Clone(k.Profiles)}
+		rk := ResolvedKey{Principal: k.Principal, Profile: k.Profile, Profiles: slices.Clone(k.Profiles), Admin: k.Admin}
 		switch first, dup := principals[k.Principal]; {
 		case k.Principal == "":
 			ps.add(base+".principal", "missing principal name")

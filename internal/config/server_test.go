@@ -169,7 +169,7 @@ func TestServerErrors(t *testing.T) {
 		{"pool too big", "server:\n  pool: {size: 65}\n", `m.yaml:2: server.pool.size: invalid value 65`},
 		{"pool unknown profile", "server:\n  pool:\n    warm: [nope]\n", `m.yaml:3: server.pool.warm[0]: `},
 		{"pool bad ttl", "server:\n  pool: {idle_ttl: soon}\n", `m.yaml:2: server.pool.idle_ttl: `},
-		{"unknown server key", "server:\n  port: 80\n", `m.yaml:2: server.port: unknown key (want api_keys, data_dir, listen, max_body, max_file, pool, sessions or shutdown_grace)`},
+		{"unknown server key", "server:\n  port: 80\n", `m.yaml:2: server.port: unknown key (want api_keys, data_dir, listen, max_body, max_file, metrics_public, pool, sessions or shutdown_grace)`},
 		{"listen without port", "server:\n  listen: localhost\n", `m.yaml:2: server.listen: invalid address "localhost" (want host:port, e.g. 127.0.0.1:7420)`},
 		{"listen bad port", "server:\n  listen: 'localhost:http'\n", `m.yaml:2: server.listen: invalid port "http" in "localhost:http" (want a number from 0 to 65535)`},
 		{"listen port too large", "server:\n  listen: '127.0.0.1:70000'\n", `m.yaml:2: server.listen: invalid port "70000"`},

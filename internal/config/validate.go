@@ -43,7 +43,10 @@ var (
 //     and quotas are from 1 to MaxQuota; rates read N/s, N/m or N/h; each api_keys
 //     entry has a unique principal name ([a-z0-9_-]+), exactly one of key_env (a
 //     variable name not shared with another key) and key_sha256 (64 hex digits,
-//     not shared), and profiles that exist; max_limits are checked as limits.
+//     not shared), and profiles that exist; max_limits are checked as limits;
+//   - audit: dir and a file sink are absolute paths; failure is fail_closed or
+//     fail_open; buffer is from 1 to MaxAuditBuffer; code_max is a size or none;
+//     retention.max_age is a duration (days allowed), max_records positive.
 //
 // Validate does not read the key_env variables: ResolveServer does.
 //
@@ -69,6 +72,7 @@ func (c *Config) Validate() error {
 	}
 	c.Filter.check(ps)
 	c.checkServer(ps, present, nil)
+	c.checkAudit(ps, present)
 	return ps.err()
 }
 

@@ -19,8 +19,9 @@ var commandRunners = []string{
 // isolation: best_effort isolation, and for the default profile and every
 // user-defined profile, a Python policy that is off or has empty rule lists, and a
 // shell policy without rules or whose allow list contains a command runner;
-// default filter rules turned off; and a server listening on a non-loopback
-// address (moat serves plain HTTP). The caller logs them at startup and shows them
+// default filter rules turned off; a server listening on a non-loopback address
+// (moat serves plain HTTP), and with public metrics; an audit trail that is
+// disabled or fails open. The caller logs them at startup and shows them
 // in the API and console. Default() has none.
 func (c *Config) Warnings() []string {
 	var w []string
@@ -52,6 +53,14 @@ func (c *Config) Warnings() []string {
 		} else {
 			w = append(w, fmt.Sprintf("server.listen %q is not a loopback address: moat serves plain HTTP, so API keys, code and output cross the network in clear text (listen on loopback behind a TLS proxy)", listen))
 		}
+	}
+	if listen := c.Server.Listen; c.Server.MetricsPublic && listen != "" && !loopback(listen) {
+		w = append(w, fmt.Sprintf("server.metrics_public is set and server.listen %q is not a loopback address: anyone who reaches the server can read its metrics", listen))
+	}
+	if c.Audit.Disable {
+		w = append(w, "audit.disable is set: executions, session events and auth failures are not recorded")
+	} else if c.Audit.Failure == AuditFailOpen {
+		w = append(w, "audit.failure is fail_open: while the audit store fails, executions go on and records that do not fit the buffer are lost (counted in moat_audit_records_lost_total and logged)")
 	}
 	return w
 }

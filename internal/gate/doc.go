@@ -19,7 +19,8 @@
 // comes from an environment variable or is given as its SHA-256, and the Gate
 // keeps only hashes. Without api_keys there is one principal, "default", with
 // the config's profile (and no other), the default quotas, and the config's
-// limits as caps: a request may ask for less than the defaults, not more.
+// limits as caps: a request may ask for less than the defaults, not more; it is
+// an admin (Principal.Admin: it reads every audit record), as the operator's own.
 //
 // # The generated token
 //

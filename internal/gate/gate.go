@@ -78,9 +78,10 @@ func New(srv config.ResolvedServer, log *slog.Logger, opts ...Option) (*Gate, er
 			if err != nil {
 				return nil, fmt.Errorf("gate: %w", err)
 			}
+			p.Admin = k.Admin
 			g.keys = append(g.keys, key{sum: k.SHA256, p: p})
 			g.use[p.Name] = &usage{}
-			log.Info("gate: principal", "name", p.Name, "profile", p.Profile, "profiles", p.Profiles)
+			log.Info("gate: principal", "name", p.Name, "profile", p.Profile, "profiles", p.Profiles, "admin", p.Admin)
 		}
 		return g, nil
 	}
@@ -96,6 +97,7 @@ func New(srv config.ResolvedServer, log *slog.Logger, opts ...Option) (*Gate, er
 	if err != nil {
 		return nil, fmt.Errorf("gate: %w", err)
 	}
+	p.Admin = true // the only principal: the operator's own token
 	g.keys = []key{{sum: sha256.Sum256([]byte(token)), p: p}}
 	g.use[p.Name] = &usage{}
 	g.tokenPath, g.generated = path, generated

@@ -47,6 +47,7 @@ server:
       profiles: [open]
       quotas: {concurrent: 2, sessions: 3, rate: 2/s}
       max_limits: {timeout: 1m, cpus: 2}
+      admin: true
     - principal: bob
       key_sha256: `+hex.EncodeToString(sum[:])+`
 `))
@@ -86,6 +87,7 @@ func TestConfiguredKeys(t *testing.T) {
 		Name: "alice", Profile: "default", Profiles: []string{"open"},
 		Quotas:    Quotas{Concurrent: 2, Sessions: 3, Rate: 2, Burst: 2},
 		MaxLimits: box.DefaultLimits.Merge(box.Limits{Timeout: time.Minute, CPUs: 2, Memory: 128 << 20}),
+		Admin:     true,
 	}
 	if !reflect.DeepEqual(alice, want) {
 		t.Errorf("alice =\n%+v\nwant\n%+v", alice, want)

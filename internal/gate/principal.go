@@ -24,6 +24,9 @@ type Principal struct {
 	Quotas Quotas
 	// MaxLimits cap the limits a request may ask for. Every field is set.
 	MaxLimits box.Limits
+	// Admin: the principal may read every principal's audit records (config
+	// api_keys[].admin; the generated token's principal, the only one, is admin).
+	Admin bool
 }
 
 // Quotas bound one principal.

@@ -38,6 +38,9 @@ func TestGeneratedToken(t *testing.T) {
 	if !g.Generated() || g.TokenPath() != path {
 		t.Fatalf("Generated() = %v, TokenPath() = %q; want true, %s", g.Generated(), g.TokenPath(), path)
 	}
+	if p, ok := g.Lookup(DefaultPrincipal); !ok || !p.Admin {
+		t.Errorf("the generated token's principal is not an admin: %+v", p)
+	}
 	for p, want := range map[string]os.FileMode{path: 0o600, dir: 0o700 | fs.ModeDir} {
 		fi, err := os.Stat(p)
 		if err != nil {
