@@ -62,7 +62,36 @@ type Options struct {
 	SweepEvery time.Duration
 	// Log receives session starts and ends; nil discards them.
 	Log *slog.Logger
+	// OnEnd, when set, is called once for every session that ends, after its box
+	// is closed, without the store's lock, on the goroutine that ended it (a
+	// Delete's caller, the sweeper, a box watcher, Close); and, from New, for each
+	// session a previous run left (EndRestart). It must not call the store back
+	// and should return quickly. The audit trail uses it.
+	OnEnd func(End)
 }
+
+// End describes a session that ended.
+type End struct {
+	// Info is the session's last description (for EndRestart: ID, Owner and
+	// CreatedAt only).
+	Info Info
+	// Cause says how it ended; Reason says it in words, as a LostError would
+	// (empty for EndDeleted and EndShutdown).
+	Cause  EndCause
+	Reason string
+}
+
+// EndCause is how a session ended.
+type EndCause string
+
+// Causes of a session's end.
+const (
+	EndDeleted  EndCause = "deleted"  // its owner deleted it
+	EndShutdown EndCause = "shutdown" // the store was closed
+	EndExpired  EndCause = "expired"  // idle TTL or maximum lifetime
+	EndLost     EndCause = "lost"     // its box died
+	EndRestart  EndCause = "restart"  // found by New: the previous run ended without it
+)
 
 // Info describes a session.
 type Info struct {
@@ -135,6 +164,8 @@ type ended[B Box] struct {
 	id, owner string
 	box       B
 	reason    string // empty for Delete and Close
+	info      Info
+	cause     EndCause
 	// keepRecord leaves the record in Options.Dir (Close: the next start reports the
 	// session lost).
 	keepRecord bool
@@ -190,6 +221,9 @@ func New[B Box](opts Options) (*Store[B], error) {
 		for _, r := range recs {
 			s.addTombLocked(r.ID, r.Owner, reasonRestart, now)
 			s.log.Info("session lost in a restart", "session_id", r.ID, "owner", r.Owner, "created_at", r.CreatedAt)
+			if opts.OnEnd != nil {
+				opts.OnEnd(End{Info: Info{ID: r.ID, Owner: r.Owner, CreatedAt: r.CreatedAt}, Cause: EndRestart, Reason: reasonRestart})
+			}
 		}
 	}
 	return s, nil
@@ -509,6 +543,7 @@ func (s *Store[B]) Close() error {
 	for _, e := range s.live {
 		d := s.endLocked(e, "")
 		d.keepRecord = true // the next start reports these sessions lost
+		d.cause = EndShutdown
 		ends = append(ends, d)
 	}
 	s.mu.Unlock()
@@ -565,10 +600,17 @@ func (s *Store[B]) endLocked(e *entry[B], reason string) ended[B] {
 	delete(s.live, e.info.ID)
 	s.freeLocked(e.info.Owner)
 	close(e.gone)
+	cause := EndDeleted
 	if reason != "" {
 		s.addTombLocked(e.info.ID, e.info.Owner, reason, s.now())
+		cause = EndExpired
+		select {
+		case <-e.box.Done():
+			cause = EndLost
+		default:
+		}
 	}
-	return ended[B]{id: e.info.ID, owner: e.info.Owner, box: e.box, reason: reason}
+	return ended[B]{id: e.info.ID, owner: e.info.Owner, box: e.box, reason: reason, info: e.snapshot(), cause: cause}
 }
 
 // finish closes the boxes of ended sessions, in parallel, and removes their records.
@@ -599,6 +641,9 @@ func (s *Store[B]) destroy(d ended[B]) error {
 		log.Info("session lost", "reason", d.reason)
 	} else {
 		log.Info("session closed")
+	}
+	if s.opts.OnEnd != nil {
+		s.opts.OnEnd(End{Info: d.info, Cause: d.cause, Reason: d.reason})
 	}
 	if err != nil {
 		log.Warn("close session box", "err", err)
