@@ -86,6 +86,7 @@ type serverOpts struct {
 	grace   string // server.shutdown_grace
 	dataDir string // reuse a data directory (a restart)
 	noKeys  bool   // no api_keys: the generated token
+	pool    string // server.pool in YAML flow style, e.g. "{size: 0}"
 }
 
 // startServer starts moat serve on a free port and waits until it listens. The
@@ -103,6 +104,9 @@ func startServer(t *testing.T, o serverOpts) *server {
 	cfgText := fmt.Sprintf(serverConfig, o.grace)
 	if o.noKeys {
 		cfgText = "server:\n  shutdown_grace: " + o.grace + "\n"
+	}
+	if o.pool != "" {
+		cfgText += "  pool: " + o.pool + "\n"
 	}
 	cfg := writeFixture(t, dir, "moat.yaml", []byte(cfgText))
 	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--config", cfg, "--data-dir", o.dataDir)
@@ -886,7 +890,9 @@ func TestServerCrashRestart(t *testing.T) {
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)
 	<-s.exited
 
-	s2 := startServer(t, serverOpts{dataDir: s.dataDir})
+	// The restart runs without a warm pool, so that every box on the host after it
+	// starts would be one the old run left (its pooled boxes included).
+	s2 := startServer(t, serverOpts{dataDir: s.dataDir, pool: "{size: 0}"})
 	// The restart has reaped the old run's boxes before it listens.
 	before.check(t)
 	if !strings.Contains(s2.stderr.String(), "reaped boxes left by an earlier run") {

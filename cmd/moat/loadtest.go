@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,7 +61,10 @@ const (
 	loadBaselineRuns = 20              // serial runs of the bare interpreter (after 3 warm-ups)
 	loadIdleRuns     = 10              // serial one-shot executions on the idle server (after 2 warm-ups)
 	loadCleanupWait  = 5 * time.Second // for boxes to go after the load, server still running
-	loadFirstErrors  = 5               // errors kept for the report
+	// loadPoolSize is the own server's warm pool: that many ready boxes (of the one
+	// profile the load uses) stay while it runs; the check after shutdown counts them.
+	loadPoolSize     = 2
+	loadFirstErrors  = 5 // errors kept for the report
 	loadBareBash     = "/bin/bash"
 	loadOwnPrincipal = "loadtest"
 )
@@ -179,6 +183,9 @@ type loadCleanup struct {
 	// server running and after it stopped.
 	AfterLoad     []string `json:"after_load"`
 	AfterShutdown []string `json:"after_shutdown"`
+	// PooledAfterLoad counts the boxes left with the server running that are its
+	// warm pool's (at most its size); they must be gone after shutdown like any box.
+	PooledAfterLoad int `json:"pooled_after_load"`
 	// ServerExit is the own server's exit status after SIGTERM (-1: killed).
 	ServerExit int `json:"server_exit"`
 	// BoxUIDs are the host uids checked for stray processes.
@@ -274,6 +281,7 @@ func cmdLoadtest(args []string, stdout, stderr io.Writer) int {
 		var err error
 		own, err = startOwnServer(ctx, ownServerOptions{
 			name: "moat loadtest", principal: loadOwnPrincipal, concurrent: *clients,
+			pool: fmt.Sprintf("{size: %d}", loadPoolSize),
 		}, stderr)
 		if err != nil {
 			fmt.Fprintf(stderr, "moat loadtest: %v\n", err)
@@ -296,7 +304,7 @@ func cmdLoadtest(args []string, stdout, stderr io.Writer) int {
 	if own != nil {
 		rep.Cleanup.Checked = true
 		rep.Cleanup.BoxUIDs = loadBoxUIDs()
-		rep.Cleanup.AfterLoad = waitClean(own.pid, loadCleanupWait)
+		rep.Cleanup.AfterLoad, rep.Cleanup.PooledAfterLoad = waitClean(own.pid, loadCleanupWait, loadPoolSize)
 		rep.Cleanup.ServerExit = own.stop()
 		rep.Cleanup.AfterShutdown = leftovers(own.pid)
 		rep.ServerLogProblems, rep.ServerLogCount = own.log.problems()
@@ -789,15 +797,44 @@ func loadBoxUIDs() []int {
 
 // waitClean polls leftovers until there are none or wait has passed: a box is
 // destroyed as its request ends, which the client may see a moment before.
-func waitClean(serverPID int, wait time.Duration) []string {
+// waitClean waits until, of the server's boxes, at most pooled remain (its warm
+// pool's ready boxes) and returns what is left beyond them, and how many boxes it
+// took for the pool's.
+func waitClean(serverPID int, wait time.Duration, pooled int) ([]string, int) {
 	deadline := time.Now().Add(wait)
 	for {
 		left := leftovers(serverPID)
-		if len(left) == 0 || time.Now().After(deadline) {
-			return left
+		boxes := boxNames(left, serverPID)
+		if len(boxes) <= pooled && !strayProcess(left) {
+			return nil, len(boxes)
+		}
+		if time.Now().After(deadline) {
+			return left, 0
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// boxNames are the distinct boxes of serverPID named in leftovers' lines.
+func boxNames(left []string, serverPID int) map[string]bool {
+	re := regexp.MustCompile(fmt.Sprintf(`box-%d-[0-9a-f]+`, serverPID))
+	names := map[string]bool{}
+	for _, l := range left {
+		for _, m := range re.FindAllString(l, -1) {
+			names[m] = true
+		}
+	}
+	return names
+}
+
+// strayProcess says whether a leftover is a box uid's process in no box cgroup.
+func strayProcess(left []string) bool {
+	for _, l := range left {
+		if strings.HasPrefix(l, "process ") && !strings.Contains(l, "/moat/box-") {
+			return true
+		}
+	}
+	return false
 }
 
 // leftovers lists what remains of the boxes of the server with pid serverPID:
