@@ -3,9 +3,14 @@
 package integration
 
 import (
+	"context"
+	"encoding/json"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/moat-sandbox/moat/internal/testutil"
 )
@@ -30,5 +35,128 @@ func BenchmarkMoatRunCold(b *testing.B) {
 		if out, err := cmd.CombinedOutput(); err != nil || string(out) != "1\n" {
 			b.Fatalf("moat run: %v: %q", err, out)
 		}
+	}
+}
+
+// benchReport is the part of `moat bench --json` the test checks.
+type benchReport struct {
+	Latency    []benchRow `json:"latency"`
+	Pandas     []benchRow `json:"pandas"`
+	Throughput []struct {
+		Clients, Executions, OK, Errors int
+		PerSecond                       float64 `json:"per_second"`
+	} `json:"throughput"`
+	Memory []struct {
+		ID         string  `json:"id"`
+		RSSMiB     float64 `json:"rss_mib"`
+		PrivateMiB float64 `json:"private_mib"`
+		Error      string  `json:"error"`
+	} `json:"memory"`
+	Policy []struct {
+		Name string `json:"name"`
+	} `json:"policy"`
+	Flood struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+	} `json:"flood"`
+	Failures []string `json:"failures"`
+}
+
+type benchRow struct {
+	ID      string  `json:"id"`
+	Runs    int     `json:"runs"`
+	P50MS   float64 `json:"p50_ms"`
+	Skipped string  `json:"skipped"`
+	Error   string  `json:"error"`
+}
+
+// TestBenchShort runs `moat bench --short` as CI does, so the benchmark cannot rot:
+// every row must be measured (bubblewrap and pandas may be skipped only where they
+// are not installed, and never in CI). No timing is asserted.
+func TestBenchShort(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.MoatBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, bin, "bench", "--short", "--json")
+	cmd.Env = append(os.Environ(), "MOAT_TOKEN=")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	t.Logf("moat bench --short took %v", time.Since(start).Round(time.Second))
+	if err != nil {
+		t.Errorf("moat bench --short: %v; stderr:\n%s", err, stderr.String())
+	}
+	var rep benchReport
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("no JSON report: %v\nstdout: %.2000s\nstderr: %.4000s", err, out, stderr.String())
+	}
+	for _, f := range rep.Failures {
+		t.Errorf("failure: %s", f)
+	}
+
+	_, noBwrap := exec.LookPath("bwrap")
+	noPandas := exec.Command("/usr/bin/python3", "-c", "import pandas").Run()
+	optional := map[string]error{"bwrap": noBwrap}
+	for _, id := range []string{"pandas_bare", "pandas_run_cold", "pandas_pool", "pandas_preload"} {
+		optional[id] = noPandas
+	}
+	checkRows := func(table string, rows []benchRow, ids ...string) {
+		t.Helper()
+		got := map[string]benchRow{}
+		for _, r := range rows {
+			got[r.ID] = r
+		}
+		for _, id := range ids {
+			r, ok := got[id]
+			switch {
+			case !ok:
+				t.Errorf("%s: no row %s", table, id)
+			case r.Skipped != "" && optional[id] != nil && !testutil.InCI():
+				t.Logf("%s: %s skipped: %s", table, id, r.Skipped)
+			case r.Runs == 0 || r.P50MS <= 0 || r.Error != "" || r.Skipped != "":
+				t.Errorf("%s: row %s not measured: %+v", table, id, r)
+			}
+		}
+		if len(rows) != len(ids) {
+			t.Errorf("%s: %d rows, want %d (%v)", table, len(rows), len(ids), ids)
+		}
+	}
+	checkRows("latency", rep.Latency, "bare", "bwrap", "run_cold", "api_pool", "api_nopool", "session")
+	checkRows("pandas", rep.Pandas, "pandas_bare", "pandas_run_cold", "pandas_pool", "pandas_preload")
+
+	levels := []int{}
+	for _, l := range rep.Throughput {
+		levels = append(levels, l.Clients)
+		if l.OK == 0 || l.OK != l.Executions || l.Errors != 0 || l.PerSecond <= 0 {
+			t.Errorf("throughput at %d clients: %+v", l.Clients, l)
+		}
+	}
+	if want := []int{1, 2, 4, 8}; !slices.Equal(levels, want) {
+		t.Errorf("throughput levels %v, want %v", levels, want)
+	}
+
+	mem := map[string]bool{}
+	for _, m := range rep.Memory {
+		mem[m.ID] = true
+		if m.Error != "" || m.RSSMiB <= 0 {
+			t.Errorf("memory %s: %+v", m.ID, m)
+		}
+	}
+	wantMem := []string{"server_pool", "box_python", "server_nopool", "server_pool_peak"}
+	if noPandas == nil {
+		wantMem = append(wantMem, "box_pandas")
+	}
+	for _, id := range wantMem {
+		if !mem[id] {
+			t.Errorf("memory: no row %s", id)
+		}
+	}
+	if len(rep.Policy) != 3 {
+		t.Errorf("policy rows %+v, want 3", rep.Policy)
+	}
+	if rep.Flood.Status != "output_limit" || rep.Flood.Error != "" {
+		t.Errorf("flood %+v, want status output_limit", rep.Flood)
 	}
 }

@@ -2,143 +2,304 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"slices"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
+
+const benchUsage = `Usage: moat bench [flags]
+
+Measures, in one run, and prints markdown tables (--json: one JSON object) of p50,
+p90 and p99 latencies with ratios to bare python3 measured in the same run:
+
+  - bare /usr/bin/python3 -c 'print(1)', bubblewrap with all namespaces (when
+    installed) and a cold moat run of the same code;
+  - POST /v1/execute of print(1) against a moat serve the bench starts with the
+    warm pool on, and against one with the pool off; a session call of 1+1;
+  - the pandas workload: bare, cold moat run, warm pool, warm pool preloading pandas;
+  - throughput of fresh-box print(1) at 1, 2, 4 and 8 concurrent clients;
+  - the server's RSS when idle and the memory of one warm box;
+  - what the policy costs, and moat's peak RSS while a box floods its output.
+
+Cases of one table run interleaved (A, B, C, A, B, C...) so drift in the machine's
+load affects them alike. Needs what moat run and moat serve need (root for the
+full native isolation).
+
+Exit status: 0 when everything was measured, 1 when something failed (a failed
+case is reported in its row), 2 for usage errors. Slow numbers never fail.
+
+Flags:
+`
 
 // benchPython is the interpreter every case runs, by absolute path: the python3 on PATH
 // may be a slow shim (pyenv), which would flatter every ratio.
 const benchPython = "/usr/bin/python3"
 
-type benchCase struct {
-	name string
-	cmd  func() *exec.Cmd
-}
+// benchPandasCode is the pandas workload; benchPandasOut is what it prints.
+const (
+	benchPandasCode = "import pandas as pd; print(pd.DataFrame({'a':[1,2]}).sum())"
+	benchPandasOut  = "a    3\ndtype: int64\n"
+)
 
-type benchRow struct {
-	name               string
-	n                  int
-	median, p90, p99   time.Duration
-	ratio              float64
-	skipped, errDetail string
+// benchNoPandas is why the pandas rows are skipped when python3 cannot import it.
+const benchNoPandas = "pandas not installed for " + benchPython + " (apt-get install python3-pandas)"
+
+// Settings of a run that are not flags.
+const (
+	benchWarmups      = 3 // unmeasured rounds before a latency table
+	benchShortRuns    = 5 // -n of --short
+	benchMinSettle    = 100 * time.Millisecond
+	benchLevelSettle  = time.Second // before each throughput level
+	benchCallTimeout  = 2 * time.Minute
+	benchMaxErrDetail = 300
+)
+
+// benchCase is one latency case: run does it once and says what went wrong.
+type benchCase struct {
+	id, name string
+	run      func() error
+	// settle, when set, is how long to wait after each run before the next case:
+	// the warm pool refills meanwhile, off the clock and without competing with
+	// the next case for the CPUs.
+	settle func() time.Duration
 }
 
 func cmdBench(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("moat bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	n := fs.Int("n", 40, "measured runs per case (after 3 warm-up runs)")
+	fs.Usage = func() { fmt.Fprint(stderr, benchUsage); fs.PrintDefaults() }
+	n := fs.Int("n", 40, "measured runs per latency case (after warm-up runs); throughput runs 4×n executions per level")
+	short := fs.Bool("short", false, fmt.Sprintf("few runs (-n %d, one warm-up round), every row still measured: for CI", benchShortRuns))
+	jsonOut := fs.Bool("json", false, "print one JSON object instead of the markdown tables")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return exitUsage
 	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "moat bench: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	warmups := benchWarmups
+	if *short {
+		*n, warmups = benchShortRuns, 1
+	}
 	if *n < 5 {
-		fmt.Fprintln(stderr, "moat: bench: -n must be at least 5")
+		fmt.Fprintln(stderr, "moat bench: -n must be at least 5")
 		return exitUsage
 	}
 	self, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(stderr, "moat: bench: %v\n", err)
+		fmt.Fprintf(stderr, "moat bench: %v\n", err)
 		return exitInternal
 	}
-	cases := []benchCase{
-		{"bare `python3 -c 'print(1)'`", func() *exec.Cmd { return exec.Command(benchPython, "-c", "print(1)") }},
-	}
-	var skipped []benchRow
-	if bw, err := exec.LookPath("bwrap"); err == nil {
-		cases = append(cases, benchCase{"bubblewrap, all namespaces", func() *exec.Cmd {
-			return exec.Command(bw, "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
-				"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
-				"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", benchPython, "-c", "print(1)")
-		}})
-	} else {
-		skipped = append(skipped, benchRow{name: "bubblewrap, all namespaces", skipped: "bwrap not installed (apt-get install bubblewrap)"})
-	}
-	cases = append(cases, benchCase{"`moat run` cold (native)", func() *exec.Cmd {
-		c := exec.Command(self, "run", "--lang", "python", "-")
-		c.Stdin = strings.NewReader("print(1)\n")
-		return c
-	}})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 
-	rows := measure(cases, *n)
-	rows = append(rows, skipped...)
-	fmt.Fprintf(stdout, "moat bench: %d runs per case, interleaved, on %s\n\n", *n, hostSummary())
-	fmt.Fprintln(stdout, "| case | runs | median | p90 | p99 | ratio to bare python3 (median) |")
-	fmt.Fprintln(stdout, "|---|---:|---:|---:|---:|---:|")
-	for _, r := range rows {
-		switch {
-		case r.skipped != "":
-			fmt.Fprintf(stdout, "| %s | – | – | – | – | skipped: %s |\n", r.name, r.skipped)
-		case r.errDetail != "":
-			fmt.Fprintf(stdout, "| %s | – | – | – | – | failed: %s |\n", r.name, r.errDetail)
-		default:
-			fmt.Fprintf(stdout, "| %s | %d | %s | %s | %s | %.2f× |\n", r.name, r.n, ms(r.median), ms(r.p90), ms(r.p99), r.ratio)
+	began := time.Now()
+	rep := &benchReport{Host: hostSummary(), Runs: *n, Short: *short, LoadBefore: loadAverage(), Pool: benchPoolDesc}
+	progress := func(format string, args ...any) { fmt.Fprintf(stderr, "moat bench: "+format+"\n", args...) }
+
+	pandasErr := exec.Command(benchPython, "-c", "import pandas").Run()
+	srv := startBenchServers(ctx, pandasErr == nil, stderr, rep)
+	defer srv.stop()
+	if ctx.Err() == nil {
+		progress("memory of the idle servers and their warm boxes")
+		rep.Memory = srv.idleMemory(ctx)
+	}
+
+	progress("print(1): %d runs per case", *n)
+	cases, skipped := printCases(self, srv)
+	rep.Latency = measure(ctx, cases, *n, warmups)
+	rep.Latency = append(rep.Latency, skipped...)
+	inferHits(rep.Latency, "api_pool", "api_nopool")
+	ratios(rep.Latency)
+
+	if pandasErr == nil {
+		progress("pandas: %d runs per case", *n)
+		rep.Pandas = measure(ctx, pandasCases(self, srv), *n, 1)
+		inferHits(rep.Pandas, "pandas_preload", "pandas_pool")
+		ratios(rep.Pandas)
+	} else {
+		for _, c := range pandasCases(self, srv) {
+			rep.Pandas = append(rep.Pandas, benchRow{ID: c.id, Name: c.name, Skipped: benchNoPandas})
 		}
 	}
-	moatMedian := rows[len(rows)-1-len(skipped)].median
-	if table, err := policyCost(*n, moatMedian); err != nil {
-		fmt.Fprintf(stdout, "\npolicy cost: failed: %v\n", err)
+
+	progress("throughput at 1, 2, 4 and 8 clients, %d executions each", 4**n)
+	rep.Throughput = srv.throughput([]int{1, 2, 4, 8}, 4**n)
+	rep.Memory = append(rep.Memory, srv.peakMemory()...)
+	srv.stop()
+
+	progress("policy cost")
+	if cold := rowByID(rep.Latency, "run_cold"); cold.Runs > 0 {
+		rows, err := policyCost(*n, pct(cold.times, 50))
+		if err != nil {
+			rep.failed("policy cost: %v", err)
+		}
+		rep.Policy = rows
 	} else {
-		fmt.Fprintln(stdout)
-		fmt.Fprint(stdout, table)
+		rep.failed("policy cost: no `moat run` cold to compare with")
 	}
-	rss, status, err := floodRSS(self)
-	fmt.Fprintln(stdout)
-	if err != nil {
-		fmt.Fprintf(stdout, "moat peak RSS while a box floods output: failed: %v\n", err)
-		return exitInternal
+	progress("output flood")
+	rep.Flood = floodRSS(self)
+
+	for _, rows := range [][]benchRow{rep.Latency, rep.Pandas} {
+		for _, r := range rows {
+			if r.Error != "" {
+				rep.failed("%s: %s", r.Name, r.Error)
+			}
+		}
 	}
-	fmt.Fprintf(stdout, "moat peak RSS while a box floods output (64 MiB written, cap 1 MiB, status %s): %.1f MiB\n", status, float64(rss)/(1<<20))
+	for _, t := range rep.Throughput {
+		if t.Errors > 0 {
+			rep.failed("throughput at %d clients: %d errors, first: %s", t.Clients, t.Errors, t.Error)
+		}
+	}
+	for _, m := range rep.Memory {
+		if m.Error != "" {
+			rep.failed("memory, %s: %s", m.Name, m.Error)
+		}
+	}
+	if rep.Flood.Error != "" {
+		rep.failed("output flood: %s", rep.Flood.Error)
+	}
+	if ctx.Err() != nil {
+		rep.failed("interrupted")
+	}
+	rep.LoadAfter = loadAverage()
+	rep.ElapsedS = round(time.Since(began).Seconds(), 10)
+	rep.normalize()
+	if *jsonOut {
+		printJSON(stdout, rep)
+	} else {
+		writeBenchReport(stdout, rep)
+	}
+	if len(rep.Failures) > 0 {
+		return 1
+	}
 	return 0
 }
 
-// measure runs the cases interleaved (case A, B, C, A, B, C...) so drift in the
-// machine's load affects every case alike.
-func measure(cases []benchCase, n int) []benchRow {
-	times := make([][]time.Duration, len(cases))
-	errs := make([]string, len(cases))
-	for i := 0; i < n+3; i++ {
-		for c, bc := range cases {
-			if errs[c] != "" {
-				continue
-			}
-			cmd := bc.cmd()
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			start := time.Now()
-			err := cmd.Run()
-			d := time.Since(start)
-			if err != nil {
-				errs[c] = fmt.Sprintf("%v: %.200s", err, out.String())
-				continue
-			}
-			if i >= 3 {
-				times[c] = append(times[c], d)
-			}
-		}
+// printCases are the print(1) cases: processes, then the API's.
+func printCases(self string, srv *benchServers) (cases []benchCase, skipped []benchRow) {
+	cases = append(cases, procCase("bare", "bare `python3 -c 'print(1)'`", "1\n", func() *exec.Cmd {
+		return exec.Command(benchPython, "-c", "print(1)")
+	}))
+	if bw, err := exec.LookPath("bwrap"); err == nil {
+		cases = append(cases, procCase("bwrap", "bubblewrap, all namespaces", "1\n", func() *exec.Cmd {
+			return exec.Command(bw, "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+				"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
+				"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", benchPython, "-c", "print(1)")
+		}))
+	} else {
+		skipped = append(skipped, benchRow{ID: "bwrap", Name: "bubblewrap, all namespaces", Skipped: "bwrap not installed (apt-get install bubblewrap)"})
 	}
+	cases = append(cases, moatRunCase(self, "run_cold", "`moat run` cold (native)", "print(1)", "1\n"))
+	return append(cases, srv.printCases()...), skipped
+}
+
+// pandasCases are the pandas workload's cases.
+func pandasCases(self string, srv *benchServers) []benchCase {
+	cases := []benchCase{
+		procCase("pandas_bare", "bare python3", benchPandasOut, func() *exec.Cmd {
+			return exec.Command(benchPython, "-c", benchPandasCode)
+		}),
+		moatRunCase(self, "pandas_run_cold", "`moat run` cold (native)", benchPandasCode, benchPandasOut),
+	}
+	return append(cases, srv.pandasCases()...)
+}
+
+// procCase runs a command that must succeed and, when want is not empty, print want.
+func procCase(id, name, want string, cmd func() *exec.Cmd) benchCase {
+	return benchCase{id: id, name: name, run: func() error {
+		c := cmd()
+		var out, errb bytes.Buffer
+		c.Stdout, c.Stderr = &out, &errb
+		if err := c.Run(); err != nil {
+			return fmt.Errorf("%w: %s", err, clip(out.String()+errb.String()))
+		}
+		if want != "" && out.String() != want {
+			return fmt.Errorf("printed %q, want %q; stderr %s", clip(out.String()), want, clip(errb.String()))
+		}
+		return nil
+	}}
+}
+
+// moatRunCase runs code with `moat run`, cold.
+func moatRunCase(self, id, name, code, want string) benchCase {
+	return procCase(id, name, want, func() *exec.Cmd {
+		c := exec.Command(self, "run", "--lang", "python", "-")
+		c.Stdin = strings.NewReader(code + "\n")
+		return c
+	})
+}
+
+// clip bounds an error's detail.
+func clip(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > benchMaxErrDetail {
+		return s[:benchMaxErrDetail] + "..."
+	}
+	return s
+}
+
+// measure runs the cases interleaved (case A, B, C, A, B, C...) so drift in the
+// machine's load affects every case alike: warmups unmeasured rounds, then n. A case
+// that fails once is reported failed and not run again. Cases with no run (their
+// server did not start) carry their error already.
+func measure(ctx context.Context, cases []benchCase, n, warmups int) []benchRow {
+	times := make([][]time.Duration, len(cases))
 	rows := make([]benchRow, len(cases))
 	for c, bc := range cases {
-		rows[c] = benchRow{name: bc.name, errDetail: errs[c]}
-		if errs[c] != "" {
-			continue
-		}
-		t := times[c]
-		slices.Sort(t)
-		rows[c].n = len(t)
-		rows[c].median, rows[c].p90, rows[c].p99 = pct(t, 50), pct(t, 90), pct(t, 99)
+		rows[c] = benchRow{ID: bc.id, Name: bc.name}
 	}
-	if rows[0].median > 0 {
-		for c := range rows {
-			rows[c].ratio = float64(rows[c].median) / float64(rows[0].median)
+	for i := 0; i < n+warmups && ctx.Err() == nil; i++ {
+		for c, bc := range cases {
+			if rows[c].Error != "" || ctx.Err() != nil {
+				continue
+			}
+			start := time.Now()
+			err := bc.run()
+			d := time.Since(start)
+			if err != nil {
+				rows[c].Error = err.Error()
+				continue
+			}
+			if i >= warmups {
+				times[c] = append(times[c], d)
+			}
+			if bc.settle != nil {
+				time.Sleep(bc.settle())
+			}
+		}
+	}
+	for c := range rows {
+		if rows[c].Error == "" {
+			rows[c].set(times[c])
 		}
 	}
 	return rows
+}
+
+// rowByID returns the row with id, or a zero row.
+func rowByID(rows []benchRow, id string) benchRow {
+	for _, r := range rows {
+		if r.ID == id {
+			return r
+		}
+	}
+	return benchRow{}
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {
@@ -149,55 +310,21 @@ func pct(sorted []time.Duration, p int) time.Duration {
 	return sorted[min(max(i-1, 0), len(sorted)-1)]
 }
 
-func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+// benchMS is d in milliseconds, to a hundredth.
+func benchMS(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 100) }
 
-// floodRSS runs a box that writes 64 MiB to stdout and samples moat's own peak RSS
-// (VmHWM of the moat process only, not of the box).
-func floodRSS(self string) (int64, string, error) {
-	cmd := exec.Command(self, "run", "--json", "--lang", "python", "--output-limit", "1MiB", "-")
-	cmd.Stdin = strings.NewReader("import sys\nfor _ in range(1024):\n    sys.stdout.write('x' * 65536)\n")
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	if err := cmd.Start(); err != nil {
-		return 0, "", err
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var peak int64
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-done:
-			if err != nil {
-				return 0, "", err
-			}
-			status := "?"
-			if i := bytes.Index(out.Bytes(), []byte(`"status":"`)); i >= 0 {
-				rest := out.Bytes()[i+10:]
-				status = string(rest[:bytes.IndexByte(rest, '"')])
-			}
-			return peak, status, nil
-		case <-tick.C:
-			if v := vmHWM(cmd.Process.Pid); v > peak {
-				peak = v
-			}
-		}
-	}
-}
-
-func vmHWM(pid int) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+// loadAverage is the host's 1-minute load average, 0 when unknown.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return 0
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
 	}
-	return 0
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }
 
 func hostSummary() string {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,22 +18,22 @@ import (
 // check and audit hooks) on a 300-line script against the same script run by bare
 // python3, and the shell checker on a 100-line script. Both are reported as a share of
 // the median `moat run` of print(1) measured in the same bench run.
-func policyCost(n int, moatRun time.Duration) (string, error) {
+func policyCost(n int, moatRun time.Duration) ([]policyRow, error) {
 	eng, err := newEngine("")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	doc, err := eng.PolicyDocument("default")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	strictDoc, err := eng.PolicyDocument("strict")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "moat-bench-")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	runner := "runner.py"
@@ -43,7 +44,7 @@ func policyCost(n int, moatRun time.Duration) (string, error) {
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			return "", err
+			return nil, err
 		}
 	}
 	script := filepath.Join(dir, "script.py")
@@ -54,38 +55,42 @@ func policyCost(n int, moatRun time.Duration) (string, error) {
 			return exec.Command(argv[0], argv[1:]...)
 		}
 	}
-	rows := measure([]benchCase{{"bare", bare}, {"runner default", withPolicy("policy.json")}, {"runner strict", withPolicy("strict.json")}}, n)
+	rows := measure(context.Background(), []benchCase{
+		procCase("bare", "bare", "", bare), procCase("default", "runner default", "", withPolicy("policy.json")),
+		procCase("strict", "runner strict", "", withPolicy("strict.json")),
+	}, n, benchWarmups)
 	for _, r := range rows {
-		if r.errDetail != "" {
-			return "", fmt.Errorf("%s: %s", r.name, r.errDetail)
+		if r.Error != "" {
+			return nil, fmt.Errorf("%s: %s", r.Name, r.Error)
 		}
 	}
-	pyCost, strictCost := rows[1].median-rows[0].median, rows[2].median-rows[0].median
+	p50 := func(r benchRow) time.Duration { return pct(r.times, 50) }
+	pyCost, strictCost := p50(rows[1])-p50(rows[0]), p50(rows[2])-p50(rows[0])
 
 	rules, err := eng.ShellRules("strict")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	sh := shellScript(100)
 	var shTimes []time.Duration
 	for i := 0; i < 200; i++ {
 		start := time.Now()
 		if v := policy.CheckShell(sh, rules); len(v) != 0 {
-			return "", fmt.Errorf("the benchmark's shell script is blocked: %v", v[0].Detail)
+			return nil, fmt.Errorf("the benchmark's shell script is blocked: %v", v[0].Detail)
 		}
 		shTimes = append(shTimes, time.Since(start))
 	}
 	slices.Sort(shTimes)
 	shCost := pct(shTimes, 50)
 
-	share := func(d time.Duration) string { return fmt.Sprintf("%.1f%%", 100*float64(d)/float64(moatRun)) }
-	var b strings.Builder
-	fmt.Fprintln(&b, "| policy cost | median | share of a `moat run` of print(1) |")
-	fmt.Fprintln(&b, "|---|---:|---:|")
-	fmt.Fprintf(&b, "| Python runner, 300-line script, profile default (runner − bare python3) | %s | %s |\n", ms(pyCost), share(pyCost))
-	fmt.Fprintf(&b, "| Python runner, 300-line script, profile strict | %s | %s |\n", ms(strictCost), share(strictCost))
-	fmt.Fprintf(&b, "| shell checker, 100-line script, profile strict | %s | %s |\n", ms(shCost), share(shCost))
-	return b.String(), nil
+	row := func(name string, d time.Duration) policyRow {
+		return policyRow{Name: name, CostMS: benchMS(d), Share: round(100*float64(d)/float64(moatRun), 10)}
+	}
+	return []policyRow{
+		row("Python runner, 300-line script, profile default (runner − bare python3)", pyCost),
+		row("Python runner, 300-line script, profile strict", strictCost),
+		row("shell checker, 100-line script, profile strict", shCost),
+	}, nil
 }
 
 // pythonScript returns a realistic benign script of about n lines: classes, functions,

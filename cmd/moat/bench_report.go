@@ -1,0 +1,275 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"time"
+)
+
+// benchReport is everything one moat bench run measured; --json prints it.
+type benchReport struct {
+	Host  string `json:"host"`
+	Runs  int    `json:"runs"` // measured runs per latency case (-n)
+	Short bool   `json:"short"`
+	// LoadBefore and LoadAfter are the host's 1-minute load average at the start
+	// and the end of the run.
+	LoadBefore float64 `json:"load_before"`
+	LoadAfter  float64 `json:"load_after"`
+	ElapsedS   float64 `json:"elapsed_s"`
+	// Pool is the warm pool of the server the pooled cases ran against, as its
+	// config says it.
+	Pool string `json:"pool"`
+
+	// Latency holds the print(1) cases and Pandas the pandas workload, each with
+	// ratios to its first row (bare python3) measured in the same run.
+	Latency    []benchRow      `json:"latency"`
+	Pandas     []benchRow      `json:"pandas"`
+	Throughput []throughputRow `json:"throughput"`
+	Memory     []memoryRow     `json:"memory"`
+	Policy     []policyRow     `json:"policy"`
+	Flood      floodResult     `json:"flood"`
+	// Failures lists what could not be measured; the exit status is 1 when any.
+	Failures []string `json:"failures"`
+}
+
+// benchRow is one latency case.
+type benchRow struct {
+	ID    string  `json:"id"`
+	Name  string  `json:"name"`
+	Runs  int     `json:"runs"`
+	P50MS float64 `json:"p50_ms"`
+	P90MS float64 `json:"p90_ms"`
+	P99MS float64 `json:"p99_ms"`
+	// Ratio is P50 over the table's baseline P50.
+	Ratio float64 `json:"ratio"`
+	// PoolHits and PoolMisses are inferred from each run's latency (benchHitRule),
+	// for cases served by the warm pool.
+	PoolHits   *int   `json:"pool_hits,omitempty"`
+	PoolMisses *int   `json:"pool_misses,omitempty"`
+	Skipped    string `json:"skipped,omitempty"`
+	Error      string `json:"error,omitempty"`
+
+	times []time.Duration // sorted
+}
+
+// throughputRow is one level of concurrency.
+type throughputRow struct {
+	Clients    int     `json:"clients"`
+	Executions int     `json:"executions"`
+	OK         int     `json:"ok"`
+	Errors     int     `json:"errors"`
+	WallMS     float64 `json:"wall_ms"`
+	PerSecond  float64 `json:"per_second"`
+	P50MS      float64 `json:"p50_ms"`
+	P99MS      float64 `json:"p99_ms"`
+	Error      string  `json:"error,omitempty"` // the first failure
+}
+
+// memoryRow is the memory of the server process or of one kind of warm box
+// (averaged over the boxes of that kind).
+type memoryRow struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Boxes is how many boxes were averaged (0 for the server) and Procs how many
+	// processes one of them has.
+	Boxes      int     `json:"boxes"`
+	Procs      float64 `json:"processes"`
+	RSSMiB     float64 `json:"rss_mib"`
+	PSSMiB     float64 `json:"pss_mib"`
+	PrivateMiB float64 `json:"private_mib"`
+	CgroupMiB  float64 `json:"cgroup_mib,omitempty"` // the box's memory cgroup usage; 0 when unknown
+	Error      string  `json:"error,omitempty"`
+}
+
+// policyRow is what the policy adds to one execution.
+type policyRow struct {
+	Name   string  `json:"name"`
+	CostMS float64 `json:"cost_ms"`
+	// Share is the cost over the p50 of `moat run` cold, in percent.
+	Share float64 `json:"share_pct"`
+}
+
+// floodResult is moat's own peak RSS while a box floods its output.
+type floodResult struct {
+	Status     string  `json:"status"`
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// benchHitRule says how pool hits are told from misses.
+const benchHitRule = "a run counts as a hit when it took less than half the p50 of the same request with the pool off"
+
+// set fills the percentiles from the measured times.
+func (r *benchRow) set(times []time.Duration) {
+	slices.Sort(times)
+	r.times = times
+	r.Runs = len(times)
+	r.P50MS, r.P90MS, r.P99MS = benchMS(pct(times, 50)), benchMS(pct(times, 90)), benchMS(pct(times, 99))
+}
+
+// inferHits counts the runs faster than half of cold's p50 as pool hits.
+func (r *benchRow) inferHits(cold benchRow) {
+	if r.Runs == 0 || cold.Runs == 0 {
+		return
+	}
+	limit := pct(cold.times, 50) / 2
+	hits := 0
+	for _, t := range r.times {
+		if t < limit {
+			hits++
+		}
+	}
+	misses := r.Runs - hits
+	r.PoolHits, r.PoolMisses = &hits, &misses
+}
+
+// ratios sets each row's ratio to the first row's p50.
+func ratios(rows []benchRow) {
+	if len(rows) == 0 || rows[0].P50MS <= 0 {
+		return
+	}
+	for i := range rows {
+		if rows[i].Runs > 0 {
+			rows[i].Ratio = round(rows[i].P50MS/rows[0].P50MS, 1000)
+		}
+	}
+}
+
+// normalize replaces nil lists with empty ones so the JSON shape never varies.
+func (r *benchReport) normalize() {
+	for _, l := range []*[]benchRow{&r.Latency, &r.Pandas} {
+		if *l == nil {
+			*l = []benchRow{}
+		}
+	}
+	if r.Throughput == nil {
+		r.Throughput = []throughputRow{}
+	}
+	if r.Memory == nil {
+		r.Memory = []memoryRow{}
+	}
+	if r.Policy == nil {
+		r.Policy = []policyRow{}
+	}
+	if r.Failures == nil {
+		r.Failures = []string{}
+	}
+}
+
+// failed records what could not be measured.
+func (r *benchReport) failed(format string, args ...any) {
+	r.Failures = append(r.Failures, fmt.Sprintf(format, args...))
+}
+
+func writeBenchReport(w io.Writer, r *benchReport) {
+	fmt.Fprintf(w, "moat bench: %d runs per case, interleaved, on %s; load average %.2f at the start, %.2f at the end; %.0f s\n\n",
+		r.Runs, r.Host, r.LoadBefore, r.LoadAfter, r.ElapsedS)
+
+	latencyTable(w, "case", "bare python3", r.Latency)
+	fmt.Fprintf(w, "\nAPI cases run against a `moat serve` started by the bench (pool %s) and one with the pool off, "+
+		"serially; after each warm-pool run the bench waits twice the last pool-off run so the pool refills. "+
+		"Pool hits are inferred from latency: %s (the server does not report its pool to clients).\n\n", r.Pool, benchHitRule)
+
+	latencyTable(w, "pandas workload", "bare python3", r.Pandas)
+	fmt.Fprintf(w, "\nThe workload is `%s`; the preloading profile extends default with `preload: [pandas]`, "+
+		"so its pooled interpreters import pandas before code arrives.\n\n", benchPandasCode)
+
+	fmt.Fprintln(w, "| throughput: fresh-box `print(1)`, warm pool | executions | ok | errors | executions/s | p50 | p99 |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	for _, t := range r.Throughput {
+		name := fmt.Sprintf("%d concurrent client", t.Clients)
+		if t.Clients > 1 {
+			name += "s"
+		}
+		if t.OK == 0 {
+			fmt.Fprintf(w, "| %s | %d | 0 | %d | – | – | failed: %s |\n", name, t.Executions, t.Errors, t.Error)
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %.1f | %s | %s |\n", name, t.Executions, t.OK, t.Errors, t.PerSecond, fmtMS(t.P50MS), fmtMS(t.P99MS))
+	}
+	fmt.Fprintln(w, "\nEach level runs its executions back to back per client, after a pause for the pool to refill; "+
+		"executions/s counts the ok ones over the level's wall time.")
+	fmt.Fprintln(w)
+
+	fmt.Fprintln(w, "| memory | boxes | processes each | RSS | PSS | private | memory cgroup |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	for _, m := range r.Memory {
+		if m.Error != "" {
+			fmt.Fprintf(w, "| %s | – | – | – | – | – | failed: %s |\n", m.Name, m.Error)
+			continue
+		}
+		boxes := "–"
+		if m.Boxes > 0 {
+			boxes = fmt.Sprint(m.Boxes)
+		}
+		fmt.Fprintf(w, "| %s | %s | %.1f | %s | %s | %s | %s |\n", m.Name, boxes, m.Procs, mib(m.RSSMiB), mib(m.PSSMiB), mib(m.PrivateMiB), mib(m.CgroupMiB))
+	}
+	fmt.Fprintln(w, "\nRSS, PSS and private (Private_Clean + Private_Dirty) are summed from /proc/PID/smaps_rollup "+
+		"of the server's process, or of every process in a box's cgroups (box-SERVERPID-*), averaged over the ready boxes "+
+		"once the pool is full and its boxes have used no CPU for 300 ms. PSS shares pages among the processes that map them; "+
+		"private is what one more box costs. The memory cgroup column is the box cgroup's usage (page cache included).")
+	fmt.Fprintln(w)
+
+	fmt.Fprintln(w, "| policy cost | p50 | share of a `moat run` of print(1) |")
+	fmt.Fprintln(w, "|---|---:|---:|")
+	for _, p := range r.Policy {
+		fmt.Fprintf(w, "| %s | %s | %.1f%% |\n", p.Name, fmtMS(p.CostMS), p.Share)
+	}
+	fmt.Fprintln(w)
+	if r.Flood.Error != "" {
+		fmt.Fprintf(w, "moat peak RSS while a box floods output: failed: %s\n", r.Flood.Error)
+	} else {
+		fmt.Fprintf(w, "moat peak RSS while a box floods output (64 MiB written, cap 1 MiB, status %s): %s\n", r.Flood.Status, mib(r.Flood.PeakRSSMiB))
+	}
+	if len(r.Failures) > 0 {
+		fmt.Fprintf(w, "\nfailures:\n")
+		for _, f := range r.Failures {
+			fmt.Fprintf(w, "- %s\n", f)
+		}
+	}
+}
+
+// latencyTable prints rows with ratios to the first, which is base.
+func latencyTable(w io.Writer, title, base string, rows []benchRow) {
+	fmt.Fprintf(w, "| %s | runs | p50 | p90 | p99 | ratio to %s (p50) |\n", title, base)
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+	for _, r := range rows {
+		name := r.Name
+		if r.PoolHits != nil {
+			name += fmt.Sprintf(" (pool hits %d/%d, inferred)", *r.PoolHits, r.Runs)
+		}
+		switch {
+		case r.Skipped != "":
+			fmt.Fprintf(w, "| %s | – | – | – | – | skipped: %s |\n", name, r.Skipped)
+		case r.Error != "":
+			fmt.Fprintf(w, "| %s | – | – | – | – | failed: %s |\n", name, r.Error)
+		default:
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s |\n", name, r.Runs, fmtMS(r.P50MS), fmtMS(r.P90MS), fmtMS(r.P99MS), ratio(r.Ratio))
+		}
+	}
+}
+
+// ratio spells a ratio with enough digits to read ones far below 1.
+func ratio(v float64) string {
+	if v < 0.1 {
+		return fmt.Sprintf("%.3f×", v)
+	}
+	return fmt.Sprintf("%.2f×", v)
+}
+
+// mib spells a size in MiB; 0 is "–" (not measured).
+func mib(v float64) string {
+	if v == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f MiB", v)
+}
+
+// fmtMS spells milliseconds, with two decimals below 10.
+func fmtMS(v float64) string {
+	if v < 10 {
+		return fmt.Sprintf("%.2f ms", v)
+	}
+	return fmt.Sprintf("%.1f ms", v)
+}

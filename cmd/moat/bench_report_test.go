@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moat-sandbox/moat/internal/config"
+)
+
+// TestBenchServerConfigs: the configs moat bench gives its servers are valid, with the
+// pool and the preloading profile as the report describes them.
+func TestBenchServerConfigs(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		o        ownServerOptions
+		pool     bool
+		warm     []string
+		profiles []string
+	}{
+		{"pool", ownServerOptions{name: "moat bench", principal: benchPrincipal, concurrent: 8, pool: benchPoolYAML,
+			profiles: benchProfilesYAML, allowProfiles: []string{benchPreloadProfile}}, true, []string{"default", benchPreloadProfile}, []string{benchPreloadProfile}},
+		{"no pool", ownServerOptions{name: "moat bench", principal: benchPrincipal, concurrent: 8, pool: "{size: 0}"}, false, nil, nil},
+		{"loadtest", ownServerOptions{name: "moat loadtest", principal: loadOwnPrincipal, concurrent: 100}, true, []string{"default"}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := config.Parse("own.yaml", []byte(c.o.config()))
+			if err != nil {
+				t.Fatalf("%v\n%s", err, c.o.config())
+			}
+			srv, err := cfg.ResolveServer(func(k string) (string, bool) {
+				return "0123456789abcdef0123456789abcdef", k == ownKeyEnv
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if srv.Pool.Enabled != c.pool || !slices.Equal(srv.Pool.Warm, c.warm) && c.pool {
+				t.Fatalf("pool %+v, want enabled %v, warm %v", srv.Pool, c.pool, c.warm)
+			}
+			if c.pool && c.o.pool != "" && srv.Pool.Size != benchPoolSize {
+				t.Fatalf("pool size %d, want %d", srv.Pool.Size, benchPoolSize)
+			}
+			if len(srv.Keys) != 1 || srv.Keys[0].Quotas.Concurrent < c.o.concurrent || !slices.Equal(srv.Keys[0].Profiles, c.o.allowProfiles) {
+				t.Fatalf("keys %+v, want one allowing %d at once and profiles %v", srv.Keys, c.o.concurrent, c.o.allowProfiles)
+			}
+			for _, p := range c.profiles {
+				prof, err := cfg.ResolveProfile(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(prof.Preload, []string{"pandas"}) {
+					t.Fatalf("profile %s preloads %v, want pandas", p, prof.Preload)
+				}
+			}
+		})
+	}
+}
+
+// TestMeasure: cases run interleaved, warm-ups are not counted, a failing case is
+// reported and not run again, and ratios and inferred hits follow the rows.
+func TestMeasure(t *testing.T) {
+	var order []string
+	runs := map[string]int{}
+	mk := func(id string, d time.Duration, fail bool) benchCase {
+		return benchCase{id: id, name: id, run: func() error {
+			order = append(order, id)
+			runs[id]++
+			if fail {
+				return errors.New("boom")
+			}
+			time.Sleep(d)
+			return nil
+		}}
+	}
+	rows := measure(context.Background(), []benchCase{
+		mk("base", 4*time.Millisecond, false), mk("slow", 12*time.Millisecond, false),
+		mk("fast", 0, false), mk("bad", 0, true),
+	}, 5, 2)
+	if got := strings.Join(order[:4], ","); got != "base,slow,fast,bad" {
+		t.Fatalf("first round %s, want the cases in order", got)
+	}
+	if runs["base"] != 7 || runs["bad"] != 1 {
+		t.Fatalf("runs %v: want 7 of each case (2 warm-ups), 1 of the failing one", runs)
+	}
+	if rows[0].Runs != 5 || rows[3].Error != "boom" || rows[3].Runs != 0 {
+		t.Fatalf("rows %+v", rows)
+	}
+	ratios(rows)
+	if rows[0].Ratio != 1 || rows[1].Ratio <= 1 || rows[2].Ratio >= 1 {
+		t.Fatalf("ratios %v %v %v", rows[0].Ratio, rows[1].Ratio, rows[2].Ratio)
+	}
+	inferHits(rows, "fast", "slow")
+	if rows[2].PoolHits == nil || *rows[2].PoolHits != 5 || *rows[2].PoolMisses != 0 {
+		t.Fatalf("fast against slow: hits %v misses %v, want 5 and 0", rows[2].PoolHits, rows[2].PoolMisses)
+	}
+}
+
+// TestBenchReport: the markdown has every row, failures show in their row, and the
+// JSON has every list even when empty.
+func TestBenchReport(t *testing.T) {
+	hits, misses := 39, 1
+	rep := &benchReport{Host: "2 CPUs", Runs: 40, Pool: benchPoolDesc,
+		Latency: []benchRow{
+			{ID: "bare", Name: "bare `python3 -c 'print(1)'`", Runs: 40, P50MS: 20, P90MS: 21, P99MS: 25, Ratio: 1},
+			{ID: "api_pool", Name: "API execute, warm pool", Runs: 40, P50MS: 2.5, P90MS: 3, P99MS: 9, Ratio: 0.13, PoolHits: &hits, PoolMisses: &misses},
+			{ID: "bwrap", Name: "bubblewrap, all namespaces", Skipped: "bwrap not installed"},
+			{ID: "session", Name: "API session execute", Error: "connection refused"},
+		},
+		Throughput: []throughputRow{{Clients: 4, Executions: 160, OK: 160, PerSecond: 30.5, P50MS: 120, P99MS: 300}},
+		Memory:     []memoryRow{{ID: "box_python", Name: "warm box, bare Python", Boxes: 2, Procs: 2, RSSMiB: 21.9, PSSMiB: 9.7, PrivateMiB: 7.2}},
+		Policy:     []policyRow{{Name: "shell checker", CostMS: 0.59, Share: 1}},
+		Flood:      floodResult{Status: "output_limit", PeakRSSMiB: 20},
+	}
+	var md bytes.Buffer
+	writeBenchReport(&md, rep)
+	for _, want := range []string{
+		"| bare `python3 -c 'print(1)'` | 40 | 20.0 ms | 21.0 ms | 25.0 ms | 1.00× |",
+		"| API execute, warm pool (pool hits 39/40, inferred) | 40 | 2.50 ms | 3.00 ms | 9.00 ms | 0.13× |",
+		"| bubblewrap, all namespaces | – | – | – | – | skipped: bwrap not installed |",
+		"| API session execute | – | – | – | – | failed: connection refused |",
+		"| 4 concurrent clients | 160 | 160 | 0 | 30.5 | 120.0 ms | 300.0 ms |",
+		"| warm box, bare Python | 2 | 2.0 | 21.9 MiB | 9.7 MiB | 7.2 MiB | – |",
+		"| shell checker | 0.59 ms | 1.0% |",
+		"status output_limit): 20.0 MiB",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	rep = &benchReport{}
+	rep.normalize()
+	var js bytes.Buffer
+	printJSON(&js, rep)
+	var m map[string]any
+	if err := json.Unmarshal(js.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"latency", "pandas", "throughput", "memory", "policy", "failures"} {
+		if l, ok := m[k].([]any); !ok || l == nil {
+			t.Errorf("JSON %s = %v, want an empty list", k, m[k])
+		}
+	}
+}

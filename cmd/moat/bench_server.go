@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/moat-sandbox/moat/internal/api"
+	"github.com/moat-sandbox/moat/internal/box"
+	"github.com/moat-sandbox/moat/internal/client"
+)
+
+// The servers moat bench starts: one with the warm pool on, as below, and one with
+// it off. The pool keeps boxes for the default profile and for a profile that
+// preloads pandas.
+const (
+	benchPreloadProfile = "bench-pandas"
+	benchPoolSize       = 2
+	benchPoolYAML       = "{size: 2, refills: 2, warm: [default, " + benchPreloadProfile + "]}"
+	benchPoolPlainYAML  = "{size: 2, refills: 2, warm: [default]}"
+	benchPoolDesc       = "size 2 per profile, 2 refills at once, warm for profiles default and " + benchPreloadProfile
+	benchProfilesYAML   = `profiles:
+  ` + benchPreloadProfile + `:
+    extends: default
+    preload: [pandas]
+`
+	benchPrincipal = "bench"
+)
+
+// benchServers are the servers of one run; a server that failed to start fails its
+// cases with its error.
+type benchServers struct {
+	ctx                context.Context
+	pandas             bool // the pool preloads pandas for benchPreloadProfile
+	pool, nopool       *ownServer
+	poolErr, nopoolErr error
+	poolC, nopoolC     *client.Client
+	stopped            bool
+
+	// The last latency of a pool-off execution of print(1), and of a pooled one of
+	// the pandas workload without preloading: about what the pool needs to make a
+	// box of each kind. Written and read by the measuring goroutine only.
+	lastCold, lastPandas time.Duration
+}
+
+// startBenchServers starts both servers; failures are kept for the cases. Without
+// pandas, the pool has no profile preloading it.
+func startBenchServers(ctx context.Context, pandas bool, stderr io.Writer, rep *benchReport) *benchServers {
+	s := &benchServers{ctx: ctx, pandas: pandas}
+	s.pool, s.poolErr = startOwnServer(ctx, s.poolOptions(), stderr)
+	if s.poolErr != nil {
+		rep.failed("start the server with the warm pool: %v", s.poolErr)
+	} else {
+		s.poolC = client.New(s.pool.url, s.pool.key)
+	}
+	s.nopool, s.nopoolErr = startOwnServer(ctx, ownServerOptions{
+		name: "moat bench", principal: benchPrincipal, concurrent: 8, pool: "{size: 0}",
+	}, stderr)
+	if s.nopoolErr != nil {
+		rep.failed("start the server without a pool: %v", s.nopoolErr)
+	} else {
+		s.nopoolC = client.New(s.nopool.url, s.nopool.key)
+	}
+	return s
+}
+
+// poolOptions configure the server with the warm pool.
+func (s *benchServers) poolOptions() ownServerOptions {
+	o := ownServerOptions{name: "moat bench", principal: benchPrincipal, concurrent: 8, pool: benchPoolYAML,
+		profiles: benchProfilesYAML, allowProfiles: []string{benchPreloadProfile}}
+	if !s.pandas {
+		o.pool, o.profiles, o.allowProfiles = benchPoolPlainYAML, "", nil
+	}
+	return o
+}
+
+// warmBoxes is how many boxes the full pool holds.
+func (s *benchServers) warmBoxes() int {
+	if s.pandas {
+		return 2 * benchPoolSize
+	}
+	return benchPoolSize
+}
+
+// stop stops the servers (once) and removes their directories.
+func (s *benchServers) stop() {
+	if s.stopped {
+		return
+	}
+	s.stopped = true
+	for _, o := range []*ownServer{s.pool, s.nopool} {
+		if o != nil {
+			o.stop()
+			o.remove()
+		}
+	}
+}
+
+// printCases are the API's print(1) cases: warm pool, pool off, a session call.
+func (s *benchServers) printCases() []benchCase {
+	pooled := s.executeCase("api_pool", "API execute, warm pool", s.poolC, s.poolErr, "", "print(1)", "1\n")
+	pooled.settle = func() time.Duration { return max(benchMinSettle, 2*s.lastCold) }
+	cold := s.executeCase("api_nopool", "API execute, pool off", s.nopoolC, s.nopoolErr, "", "print(1)", "1\n")
+	cold.run = recordLast(&s.lastCold, cold.run)
+	return []benchCase{pooled, cold, s.sessionCase()}
+}
+
+// pandasCases are the API's pandas cases, both served by the warm pool.
+func (s *benchServers) pandasCases() []benchCase {
+	plain := s.executeCase("pandas_pool", "API execute, warm pool, no preload", s.poolC, s.poolErr, "", benchPandasCode, benchPandasOut)
+	plain.run = recordLast(&s.lastPandas, plain.run)
+	plain.settle = func() time.Duration { return max(benchMinSettle, 2*s.lastCold) }
+	pre := s.executeCase("pandas_preload", "API execute, warm pool, profile preloading pandas", s.poolC, s.poolErr,
+		benchPreloadProfile, benchPandasCode, benchPandasOut)
+	pre.settle = func() time.Duration { return max(benchMinSettle, 2*s.lastPandas) }
+	return []benchCase{plain, pre}
+}
+
+// executeCase is POST /v1/execute of code, which must print want.
+func (s *benchServers) executeCase(id, name string, c *client.Client, startErr error, profile, code, want string) benchCase {
+	if startErr != nil {
+		return failCase(id, name, fmt.Errorf("the server did not start: %w", startErr))
+	}
+	return benchCase{id: id, name: name, run: func() error {
+		ctx, cancel := context.WithTimeout(s.ctx, benchCallTimeout)
+		defer cancel()
+		res, err := c.Execute(ctx, &api.ExecuteRequest{Language: "python", Code: code, Profile: profile}, nil)
+		if err != nil {
+			return err
+		}
+		if res.Status != box.StatusOK || res.Stdout != want {
+			return fmt.Errorf("%s", describeResult(res, want))
+		}
+		return nil
+	}}
+}
+
+// sessionCase creates one session on the pooled server; each run is a call of 1+1.
+func (s *benchServers) sessionCase() benchCase {
+	const id, name = "session", "API session execute `1+1` (one session, many calls)"
+	if s.poolErr != nil {
+		return failCase(id, name, fmt.Errorf("the server did not start: %w", s.poolErr))
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, benchCallTimeout)
+	defer cancel()
+	info, err := s.poolC.CreateSession(ctx, &api.SessionRequest{Language: "python"})
+	if err != nil {
+		return failCase(id, name, fmt.Errorf("create the session: %w", err))
+	}
+	return benchCase{id: id, name: name, run: func() error {
+		ctx, cancel := context.WithTimeout(s.ctx, benchCallTimeout)
+		defer cancel()
+		res, err := s.poolC.SessionExecute(ctx, info.ID, &api.CallRequest{Code: "1+1"}, nil)
+		if err != nil {
+			return err
+		}
+		if res.Status != box.StatusOK || res.Result == nil || *res.Result != "2" {
+			return fmt.Errorf("result %v: %s", res.Result, describeResult(res, ""))
+		}
+		return nil
+	}}
+}
+
+// failCase is a case that cannot run.
+func failCase(id, name string, err error) benchCase {
+	return benchCase{id: id, name: name, run: func() error { return err }}
+}
+
+// recordLast makes run record its latency in last.
+func recordLast(last *time.Duration, run func() error) func() error {
+	return func() error {
+		t := time.Now()
+		err := run()
+		*last = time.Since(t)
+		return err
+	}
+}
+
+// inferHits sets the pool hits of row id, judged against row coldID.
+func inferHits(rows []benchRow, id, coldID string) {
+	cold := rowByID(rows, coldID)
+	for i := range rows {
+		if rows[i].ID == id {
+			rows[i].inferHits(cold)
+		}
+	}
+}
+
+// throughput runs, at each level of concurrency, per executions of print(1) (at
+// least one per client) against the pooled server, each client back to back.
+func (s *benchServers) throughput(levels []int, per int) []throughputRow {
+	var rows []throughputRow
+	for _, clients := range levels {
+		each := max(1, (per+clients-1)/clients)
+		row := throughputRow{Clients: clients, Executions: each * clients}
+		if s.poolErr != nil {
+			row.Errors, row.Error = row.Executions, "the server did not start: "+s.poolErr.Error()
+			rows = append(rows, row)
+			continue
+		}
+		time.Sleep(benchLevelSettle) // the pool refills
+		c := client.New(s.pool.url, s.pool.key, client.WithHTTPClient(&http.Client{Transport: loadTransport(clients)}))
+		var (
+			mu    sync.Mutex
+			lat   []time.Duration
+			wg    sync.WaitGroup
+			first string
+		)
+		start := time.Now()
+		var last time.Time
+		for range clients {
+			wg.Go(func() {
+				for range each {
+					if s.ctx.Err() != nil {
+						return
+					}
+					ctx, cancel := context.WithTimeout(s.ctx, benchCallTimeout)
+					t := time.Now()
+					res, err := c.Execute(ctx, &api.ExecuteRequest{Language: "python", Code: "print(1)"}, nil)
+					end := time.Now()
+					cancel()
+					if err == nil && (res.Status != box.StatusOK || res.Stdout != "1\n") {
+						err = fmt.Errorf("%s", describeResult(res, "1\n"))
+					}
+					mu.Lock()
+					if err != nil {
+						row.Errors++
+						if first == "" {
+							first = err.Error()
+						}
+					} else {
+						lat = append(lat, end.Sub(t))
+						if end.After(last) {
+							last = end
+						}
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		row.OK, row.Error = len(lat), first
+		slices.Sort(lat)
+		row.P50MS, row.P99MS = benchMS(pct(lat, 50)), benchMS(pct(lat, 99))
+		if row.OK > 0 {
+			wall := last.Sub(start)
+			row.WallMS, row.PerSecond = benchMS(wall), round(float64(row.OK)/wall.Seconds(), 10)
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
