@@ -445,7 +445,7 @@ const MaxErrorText = 2 << 10
 func clipErrors(next sdk.MethodHandler) sdk.MethodHandler {
 	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
 		res, err := next(ctx, method, req)
-		if tr, ok := res.(*sdk.CallToolResult); ok && tr.IsError {
+		if tr, ok := res.(*sdk.CallToolResult); ok && tr != nil && tr.IsError {
 			for _, c := range tr.Content {
 				if tc, ok := c.(*sdk.TextContent); ok {
 					tc.Text, _ = clip(tc.Text, MaxErrorText, "the rest of this error is left out")

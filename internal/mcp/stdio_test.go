@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -15,7 +17,8 @@ import (
 // call is answered before the end of the input ends it.
 func TestStdioMalformed(t *testing.T) {
 	eng := newFakeEngine()
-	s := New(Options{Engine: eng})
+	var logs syncBuffer
+	s := New(Options{Engine: eng, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	defer s.Close()
 	lines := []string{
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`,
@@ -104,6 +107,27 @@ func TestStdioMalformed(t *testing.T) {
 	if eng.live() != 0 {
 		t.Errorf("%d sessions left after the end of the input", eng.live())
 	}
+	if strings.Contains(logs.String(), "panic") {
+		t.Errorf("a request panicked:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a log written by the server's goroutines while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 func TestReadLine(t *testing.T) {
