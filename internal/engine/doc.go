@@ -7,7 +7,8 @@
 //	                                               the AST first, then enforces audit hooks
 //	box     OS isolation, limits                   box.Backend
 //	filter  redaction, caps, error sanitizing      filter.Redactor on the live streams
-//	audit   the record of what ran                 (issue 8)
+//	audit   the record of what ran, and metrics    audit.go: one record per execution,
+//	                                               session event; timings per stage
 //
 // The box is the security boundary; policy is defence in depth and the source of clear,
 // early messages. A blocked execution returns status "blocked" with its violations, and

@@ -9,9 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/audit"
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/config"
 	"github.com/moat-sandbox/moat/internal/filter"
+	"github.com/moat-sandbox/moat/internal/metrics"
 	"github.com/moat-sandbox/moat/internal/policy"
 	"github.com/moat-sandbox/moat/internal/policy/python"
 	"github.com/moat-sandbox/moat/internal/session"
@@ -39,6 +41,8 @@ type Engine struct {
 
 	// The warm pool, once EnablePool has run.
 	pool *pool
+	// The audit stage, once EnableAudit has run.
+	audit *auditor
 	// Sessions, once EnableSessions has run.
 	sessions  *session.Store[*liveSession]
 	stopSweep context.CancelFunc
@@ -76,11 +80,20 @@ type Request struct {
 	OutputFiles []string
 	// Stdout and Stderr, when set, receive the filtered output live.
 	Stdout, Stderr io.Writer
+	// Caller says who asks, for the audit trail.
+	Caller Caller
 }
 
-// Execute runs req through policy, box and filter. A non-nil error is either
-// ErrBadRequest (wrapped) or a failure of moat itself.
-func (e *Engine) Execute(ctx context.Context, req *Request) (*box.Result, error) {
+// Execute runs req through policy, box and filter, and audits it (one record and
+// its metrics, whatever the outcome). A non-nil error is ErrBadRequest (wrapped),
+// audit.ErrUnavailable (wrapped: the audit trail fails closed, and nothing ran) or
+// a failure of moat itself.
+func (e *Engine) Execute(ctx context.Context, req *Request) (res *box.Result, err error) {
+	au, err := e.begin(audit.KindExecute, req.Caller, "", "", req.Language, req.Profile, req.Code)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { au.end(res, err) }()
 	lang, err := box.LookupLanguage(req.Language)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
@@ -117,11 +130,11 @@ func (e *Engine) Execute(ctx context.Context, req *Request) (*box.Result, error)
 	case "python":
 		e.pythonRunner(spec, pythonPolicy(name, prof))
 	}
+	au.stage(metrics.StagePolicy)
 
 	// box, with the filter on the live streams
 	streams := &streamSet{red: e.redactor}
 	spec.Filter = streams.wrap
-	var res *box.Result
 	var pooled box.Session
 	if e.pool != nil && poolable(spec) {
 		pooled = e.pool.take(poolKey{lang: lang.Name, profile: name, limits: lim}, e.oneShotSpec(spec, name, prof))
@@ -135,10 +148,12 @@ func (e *Engine) Execute(ctx context.Context, req *Request) (*box.Result, error)
 	default:
 		res, err = e.backend.Run(ctx, spec)
 	}
+	au.stage(metrics.StageBox)
 	if err != nil {
 		return nil, err
 	}
 	e.finish(res, streams)
+	au.stage(metrics.StageFilter)
 	return res, nil
 }
 

@@ -10,9 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/audit"
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/config"
 	"github.com/moat-sandbox/moat/internal/filter"
+	"github.com/moat-sandbox/moat/internal/metrics"
 	"github.com/moat-sandbox/moat/internal/policy"
 	"github.com/moat-sandbox/moat/internal/policy/python"
 	"github.com/moat-sandbox/moat/internal/session"
@@ -34,6 +36,8 @@ type SessionRequest struct {
 	// MaxSessions is how many live sessions Owner may hold (its quota); zero means
 	// DefaultMaxSessions.
 	MaxSessions int
+	// Caller says who asks, for the audit trail; its empty Principal means Owner.
+	Caller Caller
 }
 
 // DefaultMaxSessions is an owner's session quota when the request gives none.
@@ -46,6 +50,9 @@ type CallRequest struct {
 	Timeout time.Duration
 	// Stdout and Stderr, when set, receive the filtered output live.
 	Stdout, Stderr io.Writer
+	// Caller says who asks, for the audit trail; its empty Principal means the
+	// session's owner.
+	Caller Caller
 }
 
 // SessionInfo describes a session to its owner.
@@ -93,6 +100,11 @@ func (e *Engine) EnableSessions(opts SessionOptions) error {
 	if opts.Store.Log == nil {
 		opts.Store.Log = e.log
 	}
+	if next := opts.Store.OnEnd; next != nil {
+		opts.Store.OnEnd = func(end session.End) { e.sessionEnded(end); next(end) }
+	} else {
+		opts.Store.OnEnd = e.sessionEnded
+	}
 	st, err := session.New[*liveSession](opts.Store)
 	if err != nil {
 		return err
@@ -109,7 +121,12 @@ func (e *Engine) EnableSessions(opts SessionOptions) error {
 // CreateSession starts a session for req.Owner and returns its description. It fails
 // with ErrBadRequest (wrapped) for a bad language, profile or limit, and with
 // session.ErrLimit when the owner or the server has too many sessions.
-func (e *Engine) CreateSession(ctx context.Context, req *SessionRequest) (SessionInfo, error) {
+func (e *Engine) CreateSession(ctx context.Context, req *SessionRequest) (_ SessionInfo, err error) {
+	au, err := e.begin(audit.KindSessionCreate, req.Caller, req.Owner, "", req.Language, req.Profile, nil)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	defer func() { au.end(nil, err) }()
 	if e.sessions == nil {
 		return SessionInfo{}, ErrNoSessions
 	}
@@ -158,7 +175,9 @@ func (e *Engine) CreateSession(ctx context.Context, req *SessionRequest) (Sessio
 	if err != nil {
 		return SessionInfo{}, err
 	}
-	return sessionInfo(info, ls), nil
+	out := sessionInfo(info, ls)
+	au.created(out, req.Caller)
+	return out, nil
 }
 
 func sessionInfo(in session.Info, ls *liveSession) SessionInfo {
@@ -229,7 +248,12 @@ func lost(id string, err error) error {
 
 // SessionExecute runs one call in a session through policy, the box and the filter.
 // A session serves one call at a time: session.ErrBusy while another runs.
-func (e *Engine) SessionExecute(ctx context.Context, owner, id string, req *CallRequest) (*box.Result, error) {
+func (e *Engine) SessionExecute(ctx context.Context, owner, id string, req *CallRequest) (res *box.Result, err error) {
+	au, err := e.begin(audit.KindSessionExecute, req.Caller, owner, id, "", "", req.Code)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { au.end(res, err) }()
 	if err := box.CheckCode(req.Code); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
@@ -241,15 +265,18 @@ func (e *Engine) SessionExecute(ctx context.Context, owner, id string, req *Call
 		return nil, err
 	}
 	defer release(true)
+	au.session(ls.lang, ls.profile)
 	// policy
 	if ls.lang == "bash" {
 		if v := policy.CheckShell(string(req.Code), ls.shell); len(v) > 0 {
 			return blocked(v), nil
 		}
 	}
+	au.stage(metrics.StagePolicy)
 	// box, with the filter on the live streams
 	streams := &streamSet{red: e.redactor}
-	res, err := ls.Exec(ctx, &box.Call{Code: req.Code, Timeout: req.Timeout, Stdout: req.Stdout, Stderr: req.Stderr, Filter: streams.wrap})
+	res, err = ls.Exec(ctx, &box.Call{Code: req.Code, Timeout: req.Timeout, Stdout: req.Stdout, Stderr: req.Stderr, Filter: streams.wrap})
+	au.stage(metrics.StageRun)
 	if err != nil {
 		return nil, lost(id, err)
 	}
@@ -260,6 +287,7 @@ func (e *Engine) SessionExecute(ctx context.Context, owner, id string, req *Call
 		res.Warnings[i] = filter.SanitizeError(w)
 	}
 	res.Normalize()
+	au.stage(metrics.StageFilter)
 	return res, nil
 }
 
