@@ -17,6 +17,9 @@
 //	PUT    /v1/sessions/{id}/files/{path...}      upload the raw body -> 201 {path,size}
 //	GET    /v1/sessions/{id}/files/{path...}      download raw bytes
 //	DELETE /v1/sessions/{id}/files/{path...}      remove -> 204
+//	GET    /v1/audit[?since&until&principal&...]  audit records, newest first, paged
+//	GET    /metrics                               Prometheus metrics (public with
+//	                                              server.metrics_public)
 //
 // Both execute endpoints stream when the request has Accept: text/event-stream; see
 // eventStream for the framing.
@@ -45,7 +48,8 @@
 //	                            (Retry-After) or has its quota of live sessions
 //	429 session_limit           too many sessions (on the server, or the owner's)
 //	500 internal_error          moat failed; the message has a request id for the log
-//	503 unavailable             the server is shutting down
+//	503 unavailable             the server is shutting down, or the audit trail
+//	                            cannot record (audit.failure: fail_closed)
 //
 // A session that belongs to another principal is not_found, never forbidden, so that
 // ids cannot be probed. Internal errors are logged in full; callers get a request id.
@@ -62,4 +66,14 @@
 // One record per request (method, route pattern, status, duration, principal,
 // request id) goes to the injected logger. Code, file contents, environment values
 // and tokens are never logged.
+//
+// # Audit
+//
+// The request id (X-Request-Id) goes into the engine's audit record of the
+// execution or session operation (engine.Caller), so a log line, an audit record
+// and a response can be matched. Requests refused with 401 or 403 are recorded
+// here as auth_failure records (never the token); every gate refusal is counted
+// in moat_gate_refusals_total. GET /v1/audit shows a principal its own records;
+// an admin principal (api_keys[].admin, or the generated token's) sees all of
+// them, auth failures without a principal included.
 package api

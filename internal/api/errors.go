@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/audit"
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/engine"
 	"github.com/moat-sandbox/moat/internal/filter"
@@ -124,6 +125,8 @@ func apiError(err error) (e *Error, internal bool) {
 		return errorf(CodeBusy, "the session is running another call or file operation; a session serves one at a time"), false
 	case errors.Is(err, session.ErrClosed):
 		return errorf(CodeUnavailable, "the server is shutting down"), false
+	case errors.Is(err, audit.ErrUnavailable):
+		return errorf(CodeUnavailable, "%s", clientMessage(err, nil)), false
 	case errors.Is(err, box.ErrFileNotFound):
 		return errorf(CodeFileNotFound, "%s", clientMessage(err, nil)), false
 	case errors.Is(err, box.ErrFileTooLarge):

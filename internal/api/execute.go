@@ -33,6 +33,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, p *gate.Princip
 		return err
 	}
 	req.Files = files
+	req.Caller = caller(r, p)
 	release, err := s.gate.Begin(p)
 	if err != nil {
 		return err
@@ -159,7 +160,7 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request, p *gate.
 	defer release()
 	return s.run(w, r, func(stdout, stderr io.Writer) (*box.Result, error) {
 		return s.eng.SessionExecute(r.Context(), p.Name, id, &engine.CallRequest{
-			Code: []byte(in.Code), Timeout: timeout, Stdout: stdout, Stderr: stderr,
+			Code: []byte(in.Code), Timeout: timeout, Stdout: stdout, Stderr: stderr, Caller: caller(r, p),
 		})
 	})
 }

@@ -76,6 +76,10 @@ func (f *fakeEngine) stream(stdout, stderr io.Writer) {
 	}
 }
 
+func (f *fakeEngine) DeleteSessionAs(_ engine.Caller, owner, id string) error {
+	return f.DeleteSession(owner, id)
+}
+
 func (f *fakeEngine) Execute(_ context.Context, req *engine.Request) (*box.Result, error) {
 	f.lastReq = req
 	f.record("execute")

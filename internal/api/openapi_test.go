@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/internal/audit"
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/engine"
 )
@@ -122,6 +123,8 @@ var successTypes = map[string]func() any{
 	"getFile":        nil,
 	"deleteSession":  nil,
 	"removeFile":     nil,
+	"audit":          func() any { return new(audit.Page) },
+	"metrics":        nil,
 }
 
 func strictDecode(data []byte, v any) error {

@@ -17,6 +17,7 @@ import (
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/engine"
 	"github.com/moat-sandbox/moat/internal/gate"
+	"github.com/moat-sandbox/moat/internal/metrics"
 )
 
 // Engine is what the API needs of the engine; *engine.Engine implements it.
@@ -48,6 +49,13 @@ type Options struct {
 	// Heartbeat is the interval of comment lines on an event stream
 	// (DefaultHeartbeat).
 	Heartbeat time.Duration
+	// Audit, when set, receives the auth failures and serves GET /v1/audit.
+	Audit Audit
+	// Metrics, when set, are served at /metrics and count gate refusals and time
+	// authentication.
+	Metrics *metrics.Metrics
+	// MetricsPublic serves /metrics without authentication.
+	MetricsPublic bool
 }
 
 // Defaults of Options.
@@ -69,6 +77,10 @@ type Server struct {
 	maxUpload int64
 	heartbeat time.Duration
 	mux       *http.ServeMux
+	audit     Audit
+	metrics   *metrics.Metrics
+	// metricsPublic: /metrics needs no token.
+	metricsPublic bool
 }
 
 // route is one endpoint. Routes is the table New registers and the OpenAPI test
@@ -92,6 +104,8 @@ var routes = []route{
 	{"PUT", "/v1/sessions/{id}/files/{path...}", true, (*Server).putFile},
 	{"GET", "/v1/sessions/{id}/files/{path...}", true, (*Server).getFile},
 	{"DELETE", "/v1/sessions/{id}/files/{path...}", true, (*Server).removeFile},
+	{"GET", "/v1/audit", true, (*Server).listAudit},
+	{"GET", metricsPath, true, (*Server).serveMetrics},
 }
 
 // New builds the API server.
@@ -99,7 +113,7 @@ func New(o Options) *Server {
 	s := &Server{
 		eng: o.Engine, gate: o.Gate, log: o.Log,
 		maxBody: o.MaxBody, maxUpload: o.MaxUpload, heartbeat: o.Heartbeat,
-		mux: http.NewServeMux(),
+		mux: http.NewServeMux(), audit: o.Audit, metrics: o.Metrics, metricsPublic: o.MetricsPublic,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -193,9 +207,12 @@ func checkRequestPath(p string) error {
 func (s *Server) wrap(rt route) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var p *gate.Principal
-		if rt.auth {
+		if rt.auth && !(rt.path == metricsPath && s.metricsPublic) {
 			var err error
-			if p, err = s.gate.Authenticate(r); err != nil {
+			start := time.Now()
+			p, err = s.gate.Authenticate(r)
+			s.observeGate(start)
+			if err != nil {
 				s.writeError(w, r, err)
 				return
 			}
@@ -213,6 +230,7 @@ func (s *Server) wrap(rt route) http.HandlerFunc {
 // writeError sends err as a JSON error body.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	e, body := s.errorResponse(r, err)
+	s.gateRefusal(r, e)
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="moat"`)
 	}

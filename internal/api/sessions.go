@@ -21,6 +21,11 @@ func sessionID(r *http.Request) (string, error) {
 	return id, nil
 }
 
+// callerDeleter is an Engine that records who deletes a session (*engine.Engine).
+type callerDeleter interface {
+	DeleteSessionAs(c engine.Caller, owner, id string) error
+}
+
 // createSession serves POST /v1/sessions.
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request, p *gate.Principal) error {
 	var in SessionRequest
@@ -62,7 +67,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, p *gate.P
 	defer release()
 	info, err := s.eng.CreateSession(r.Context(), &engine.SessionRequest{
 		Owner: p.Name, Language: in.Language, Profile: profile, Limits: lim, Env: env,
-		IdleTTL: idle, MaxLifetime: life, MaxSessions: p.Quotas.Sessions,
+		IdleTTL: idle, MaxLifetime: life, MaxSessions: p.Quotas.Sessions, Caller: caller(r, p),
 	})
 	if err != nil {
 		return err
@@ -102,8 +107,14 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, p *gate.P
 	if err != nil {
 		return err
 	}
-	if err := s.eng.DeleteSession(p.Name, id); err != nil {
-		return err
+	var derr error
+	if as, ok := s.eng.(callerDeleter); ok {
+		derr = as.DeleteSessionAs(caller(r, p), p.Name, id)
+	} else {
+		derr = s.eng.DeleteSession(p.Name, id)
+	}
+	if derr != nil {
+		return derr
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

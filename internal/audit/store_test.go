@@ -296,3 +296,26 @@ func TestLineIsCheckable(t *testing.T) {
 		t.Fatalf("MarshalJSON %s != Line %s", enc.Bytes(), line)
 	}
 }
+
+func TestParseTime(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		in   string
+		want time.Time
+	}{
+		{"2026-11-23T10:00:00Z", time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)},
+		{"2026-11-20", time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)},
+		{"90m", now.Add(-90 * time.Minute)},
+		{"7d", now.Add(-7 * 24 * time.Hour)},
+	} {
+		got, err := ParseTime(c.in, now)
+		if err != nil || !got.Equal(c.want) {
+			t.Errorf("ParseTime(%q) = %v, %v; want %v", c.in, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"", "yesterday", "-1h", "3x", "-2d"} {
+		if _, err := ParseTime(bad, now); err == nil {
+			t.Errorf("ParseTime(%q) succeeded", bad)
+		}
+	}
+}
