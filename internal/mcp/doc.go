@@ -82,6 +82,9 @@
 //
 // # Logging
 //
-// One record per tool call (tool, principal, session id, isError, duration). Code,
-// file contents, environment values and tokens are never logged.
+// One record per tool call (tool, principal, session id, isError, duration and a
+// request id). Code, file contents, environment values and tokens are never logged.
+// The engine's audit records name the caller: the principal (not the client's
+// owner name), front end "mcp", the same request id, and on HTTP the client's
+// address, which Handler passes to the tools in a header it sets itself.
 package mcp

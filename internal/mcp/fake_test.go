@@ -32,6 +32,7 @@ type fakeEngine struct {
 	requests []*engine.Request
 	creates  []*engine.SessionRequest
 	deleted  []string
+	callers  []engine.Caller // of DeleteSessionAs
 }
 
 type fakeSession struct {
@@ -48,6 +49,7 @@ func newFakeEngine() *fakeEngine {
 func (f *fakeEngine) Execute(_ context.Context, req *engine.Request) (*box.Result, error) {
 	f.mu.Lock()
 	f.requests = append(f.requests, req)
+	f.callers = append(f.callers, req.Caller)
 	run := f.run
 	f.mu.Unlock()
 	r := run(string(req.Code))
@@ -108,8 +110,9 @@ func (f *fakeEngine) Session(owner, id string) (engine.SessionInfo, error) {
 	return engine.SessionInfo{ID: id, Language: s.lang, State: "idle", ExpiresAt: time.Now().Add(time.Minute)}, nil
 }
 
-func (f *fakeEngine) DeleteSession(owner, id string) error {
+func (f *fakeEngine) DeleteSessionAs(c engine.Caller, owner, id string) error {
 	f.mu.Lock()
+	f.callers = append(f.callers, c)
 	defer f.mu.Unlock()
 	if _, err := f.get(owner, id); err != nil {
 		return err

@@ -21,6 +21,9 @@ const MaxRequestBody = 16 << 20
 
 type principalKey struct{}
 
+// remoteHeader carries the client's network address from Handler to the tools.
+const remoteHeader = "Moat-Remote-Addr"
+
 // Handler serves the streamable HTTP transport (moat serve mounts it at /mcp)
 // behind the gate: every request carries the bearer token of an API key, the MCP
 // session belongs to the key's principal (another key's requests for it are
@@ -71,6 +74,10 @@ func (s *Server) Handler(sessionTimeout time.Duration) http.Handler {
 			writeError(w, status, code, msg, after)
 			return
 		}
+		// The tool handlers see the request's headers, not the request: the
+		// client's address reaches the audit trail as a header moat sets itself,
+		// over whatever the client sent under that name.
+		r.Header.Set(remoteHeader, r.RemoteAddr)
 		inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	})
 }

@@ -27,6 +27,18 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.next.RoundTrip(r)
 }
 
+// headerSetter sets a header on every request.
+type headerSetter struct {
+	name, value string
+	next        http.RoundTripper
+}
+
+func (h headerSetter) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(h.name, h.value)
+	return h.next.RoundTrip(r)
+}
+
 func connectHTTP(t *testing.T, url, token string) *sdk.ClientSession {
 	t.Helper()
 	tr := &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}}, MaxRetries: -1}
@@ -101,6 +113,23 @@ func TestHTTP(t *testing.T) {
 		res := call(t, alice, "execute_python", map[string]any{"code": "x"})
 		if !res.IsError || !strings.Contains(texts(res), "quota exceeded") {
 			t.Errorf("%s", texts(res))
+		}
+	})
+
+	t.Run("executions name their caller for the audit trail", func(t *testing.T) {
+		spoofer := &http.Client{Transport: bearer{"bob", headerSetter{remoteHeader, "6.6.6.6:1", http.DefaultTransport}}}
+		tr := &sdk.StreamableClientTransport{Endpoint: ts.URL, HTTPClient: spoofer, MaxRetries: -1}
+		cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(context.Background(), tr, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		call(t, cs, "execute_python", map[string]any{"code": "x"})
+		eng.mu.Lock()
+		c := eng.requests[len(eng.requests)-1].Caller
+		eng.mu.Unlock()
+		if c.Principal != "bob" || c.FrontEnd != "mcp" || c.RequestID == "" || !strings.HasPrefix(c.Remote, "127.0.0.1:") {
+			t.Errorf("caller %+v", c)
 		}
 	})
 

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/moat-sandbox/moat/internal/audit"
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/engine"
 	"github.com/moat-sandbox/moat/internal/gate"
@@ -27,7 +28,7 @@ type Engine interface {
 	CreateSession(ctx context.Context, req *engine.SessionRequest) (engine.SessionInfo, error)
 	Sessions(owner string) []engine.SessionInfo
 	Session(owner, id string) (engine.SessionInfo, error)
-	DeleteSession(owner, id string) error
+	DeleteSessionAs(c engine.Caller, owner, id string) error
 	SessionExecute(ctx context.Context, owner, id string, req *engine.CallRequest) (*box.Result, error)
 	PutFile(ctx context.Context, owner, id, path string, r io.Reader, size int64) error
 	GetFile(ctx context.Context, owner, id, path string, w io.Writer) (int64, error)
@@ -238,16 +239,17 @@ func (s *Server) destroy(c *client) {
 
 	c.out.clear()
 	for id, owner := range sessions {
-		s.deleteSession(owner, id)
+		s.deleteSession(c.p, owner, id)
 	}
 	if len(sessions) > 0 {
 		s.log.Info("mcp: destroyed the sessions of a client that is gone", "principal", c.p.Name, "sessions", len(sessions))
 	}
 }
 
-// deleteSession destroys one sandbox session; one that already ended is fine.
-func (s *Server) deleteSession(owner, id string) {
-	err := s.eng.DeleteSession(owner, id)
+// deleteSession destroys one sandbox session of a client that is gone; one that
+// already ended is fine.
+func (s *Server) deleteSession(p *gate.Principal, owner, id string) {
+	err := s.eng.DeleteSessionAs(engine.Caller{Principal: p.Name, FrontEnd: audit.FrontEndMCP}, owner, id)
 	if err != nil && !errors.Is(err, session.ErrNotFound) && !errors.Is(err, session.ErrLost) && !errors.Is(err, session.ErrClosed) {
 		s.log.Warn("mcp: destroy a session", "session_id", id, "err", err)
 	}
@@ -290,7 +292,7 @@ func (s *Server) track(c *client, id, owner string) bool {
 		return true
 	}
 	s.mu.Unlock()
-	s.deleteSession(owner, id)
+	s.deleteSession(c.p, owner, id)
 	return false
 }
 

@@ -204,6 +204,9 @@ func TestExecuteResults(t *testing.T) {
 		if last.Language != "bash" || last.Limits.Timeout != 7*time.Second || last.Profile != "default" {
 			t.Errorf("request %+v", last)
 		}
+		if c := last.Caller; c.Principal != "alice" || c.FrontEnd != "mcp" || c.RequestID == "" || c.Remote != "" {
+			t.Errorf("caller %+v", c)
+		}
 	})
 }
 
@@ -380,6 +383,13 @@ func TestClientEnd(t *testing.T) {
 		sessionIDOf(t, call(t, cs, "session_create", nil))
 		cs.Close()
 		waitFor(t, func() bool { return eng.live() == 0 }, "the closed client's sessions to go")
+		eng.mu.Lock()
+		defer eng.mu.Unlock()
+		for _, c := range eng.callers {
+			if c.Principal != "alice" || c.FrontEnd != "mcp" {
+				t.Errorf("a client's sessions destroyed as %+v", c)
+			}
+		}
 	})
 	t.Run("with grace a reconnected client takes its sessions over", func(t *testing.T) {
 		eng := newFakeEngine()

@@ -3,7 +3,9 @@ package mcp
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -16,6 +18,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/moat-sandbox/moat/internal/audit"
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/engine"
 	"github.com/moat-sandbox/moat/internal/gate"
@@ -95,6 +98,11 @@ type handler[In args] func(ctx context.Context, c *client, in In) (*sdk.CallTool
 func addTool[In args](s *Server, ms *sdk.Server, p *gate.Principal, t *sdk.Tool, h handler[In]) {
 	sdk.AddTool(ms, t, func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, any, error) {
 		start := time.Now()
+		call := engine.Caller{Principal: p.Name, FrontEnd: audit.FrontEndMCP, RequestID: newRequestID()}
+		if req.Extra != nil && req.Extra.Header != nil {
+			call.Remote = req.Extra.Header.Get(remoteHeader)
+		}
+		ctx = context.WithValue(ctx, callerKey{}, call)
 		c, err := s.client(req.Session, p)
 		var res *sdk.CallToolResult
 		if err == nil {
@@ -104,9 +112,24 @@ func addTool[In args](s *Server, ms *sdk.Server, p *gate.Principal, t *sdk.Tool,
 			res = errorResult(s.log, t.Name, err, in.sessionID())
 		}
 		s.log.Info("mcp: tool call", "tool", t.Name, "principal", p.Name, "session_id", in.sessionID(),
-			"is_error", res.IsError, "duration_ms", time.Since(start).Milliseconds())
+			"is_error", res.IsError, "duration_ms", time.Since(start).Milliseconds(), "request_id", call.RequestID)
 		return res, nil, nil
 	})
+}
+
+type callerKey struct{}
+
+// caller is who asks in a tool call's ctx (addTool), for the engine's audit records.
+func caller(ctx context.Context) engine.Caller {
+	c, _ := ctx.Value(callerKey{}).(engine.Caller)
+	return c
+}
+
+// newRequestID names one tool call in the log and the audit trail.
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // Bounds of the arguments.
@@ -320,7 +343,7 @@ func (s *Server) execute(ctx context.Context, c *client, lang, code string, seco
 		return nil, err
 	}
 	defer release()
-	res, err := s.eng.Execute(ctx, &engine.Request{Language: lang, Code: []byte(code), Profile: prof, Limits: box.Limits{Timeout: d}})
+	res, err := s.eng.Execute(ctx, &engine.Request{Language: lang, Code: []byte(code), Profile: prof, Limits: box.Limits{Timeout: d}, Caller: caller(ctx)})
 	if err != nil {
 		return nil, err
 	}
@@ -355,7 +378,7 @@ func (s *Server) sessionCreate(ctx context.Context, c *client, in sessionCreateA
 	defer release()
 	info, err := s.eng.CreateSession(ctx, &engine.SessionRequest{
 		Owner: c.owner, Language: lang, Profile: prof, Limits: box.Limits{Timeout: d},
-		IdleTTL: time.Duration(in.IdleTimeoutSeconds) * time.Second, MaxSessions: max,
+		IdleTTL: time.Duration(in.IdleTimeoutSeconds) * time.Second, MaxSessions: max, Caller: caller(ctx),
 	})
 	if err != nil {
 		return nil, err
@@ -388,19 +411,19 @@ func (s *Server) sessionExecute(ctx context.Context, c *client, in sessionExecut
 		return nil, err
 	}
 	defer release()
-	res, err := s.eng.SessionExecute(ctx, owner, in.SessionID, &engine.CallRequest{Code: []byte(in.Code), Timeout: d})
+	res, err := s.eng.SessionExecute(ctx, owner, in.SessionID, &engine.CallRequest{Code: []byte(in.Code), Timeout: d, Caller: caller(ctx)})
 	if err != nil {
 		return nil, err
 	}
 	return resultContent(res, &c.out, true), nil
 }
 
-func (s *Server) sessionDestroy(_ context.Context, c *client, in sessionArgs) (*sdk.CallToolResult, error) {
+func (s *Server) sessionDestroy(ctx context.Context, c *client, in sessionArgs) (*sdk.CallToolResult, error) {
 	owner, err := s.owned(c, in.SessionID)
 	if err != nil {
 		return nil, err
 	}
-	err = s.eng.DeleteSession(owner, in.SessionID)
+	err = s.eng.DeleteSessionAs(caller(ctx), owner, in.SessionID)
 	if err != nil && !errors.Is(err, session.ErrNotFound) {
 		return nil, err
 	}
