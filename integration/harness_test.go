@@ -58,6 +58,11 @@ func moatExecAs(t *testing.T, cred *syscall.Credential, stdin string, args ...st
 	}
 	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Env = append(os.Environ(), "MOAT_TEST_SECRET="+hostSecret, "AWS_SECRET_ACCESS_KEY="+hostSecret)
+	if cred != nil {
+		// The other user's data directory (its audit trail): $HOME is still the
+		// test's, which that user cannot write.
+		cmd.Env = append(cmd.Env, "XDG_DATA_HOME="+userDataDir(t, cred))
+	}
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	start := time.Now()
@@ -80,6 +85,20 @@ func moatExecAs(t *testing.T, cred *syscall.Credential, stdin string, args ...st
 		}
 	}
 	return out
+}
+
+// userDataDir returns a directory owned by cred's user, removed after the test.
+func userDataDir(t *testing.T, cred *syscall.Credential) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "moat-user-data-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func errorsAs(err error, target **exec.ExitError) bool {

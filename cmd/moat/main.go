@@ -24,6 +24,8 @@ Usage:
   moat mcp [flags]            serve the MCP tools over stdio, for an agent host (moat mcp -h)
   moat session COMMAND        sessions on a server: create, exec, put, get, ls, rm
                               (moat session for details)
+  moat audit [flags]          the audit trail: who ran what, when, what it cost
+  moat audit verify           check the audit trail's hash chain
   moat doctor                 what this host supports and what moat enforces here
   moat bench [-n N]           measure moat run against bare python3 (markdown table)
   moat loadtest [flags]       concurrent clients against a server: latency, throughput, cleanup
@@ -55,6 +57,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdMCP(args[1:], stdin, stdout, stderr)
 	case "session":
 		return cmdSession(args[1:], stdin, stdout, stderr)
+	case "audit":
+		return cmdAudit(args[1:], stdout, stderr)
 	case "doctor":
 		return cmdDoctor(args[1:], stdout, stderr)
 	case "bench":

@@ -91,10 +91,18 @@ func cmdMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "moat: %v\n", err)
 		return exitUsage
 	}
+	// Audited like moat run, in the data directory's store (never a stdout sink:
+	// stdout is the protocol's); closed after the sessions record their ends.
+	trail, err := openAudit(cfg, "", eng, nil, log, false)
+	if err != nil {
+		fmt.Fprintf(stderr, "moat: audit: %v\n", err)
+		return exitInternal
+	}
 	defer func() {
 		if err := eng.Close(); err != nil {
 			log.Error("destroy the sessions' boxes", "err", err)
 		}
+		trail.close(stderr)
 	}()
 	// No record directory: a stdio server's sessions end with it, and a server's
 	// directory belongs to that server.

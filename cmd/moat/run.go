@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -111,11 +112,24 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "moat: unknown backend %q (available: native)\n", f.backend)
 		return exitUsage
 	}
-	eng, err := newEngine(f.configPath)
+	cfg, err := loadConfig(f.configPath)
 	if err != nil {
 		fmt.Fprintf(stderr, "moat: %v\n", err)
 		return exitUsage
 	}
+	eng, err := engine.New(cfg, &native.Backend{}, os.Environ(), nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "moat: %v\n", err)
+		return exitUsage
+	}
+	// The run is audited like any other: in the data directory's store.
+	trail, err := openAudit(cfg, "", eng, nil, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), false)
+	if err != nil {
+		fmt.Fprintf(stderr, "moat: audit: %v\n", err)
+		return exitInternal
+	}
+	defer trail.close(stderr)
+	req.Caller = localCaller()
 	if !f.jsonOut {
 		req.Stdout, req.Stderr = stdout, stderr
 	}

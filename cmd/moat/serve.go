@@ -23,6 +23,7 @@ import (
 	"github.com/moat-sandbox/moat/internal/engine"
 	"github.com/moat-sandbox/moat/internal/gate"
 	"github.com/moat-sandbox/moat/internal/mcp"
+	"github.com/moat-sandbox/moat/internal/metrics"
 	"github.com/moat-sandbox/moat/internal/session"
 )
 
@@ -32,6 +33,10 @@ Serves the HTTP API (JSON under /v1; the OpenAPI document at /v1/openapi.json) a
 the MCP tools (streamable HTTP at /mcp, as moat mcp serves them on stdio) until
 SIGTERM or SIGINT; then it stops accepting requests, lets running ones finish within
 server.shutdown_grace and destroys every box.
+
+Every execution, session event and auth failure is recorded in the audit trail
+(DATA_DIR/audit.db; moat audit reads it, GET /v1/audit serves it), and Prometheus
+metrics are at /metrics.
 
 Every endpoint but /healthz needs Authorization: Bearer <token>. Without
 server.api_keys in the config, moat generates a token on first start and keeps it in
@@ -56,6 +61,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	listen := fs.String("listen", "", "address to listen on, host:port (default: server.listen of the config, else "+config.DefaultListen+")")
 	configPath := fs.String("config", "", "config file (default: the first of "+strings.Join(config.SearchPath(), ", ")+")")
 	dataDir := fs.String("data-dir", "", "directory for moat's state and the API token (default: server.data_dir of the config, else "+config.SystemDataDir+" for root, ~/.local/share/moat for others)")
+	logFormat := fs.String("log-format", "text", "operational log format on stderr: text or json (never code, tokens or secrets)")
 	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -84,7 +90,16 @@ func cmdServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "moat: %v\n", err)
 		return exitUsage
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	var log *slog.Logger
+	switch *logFormat {
+	case "text":
+		log = slog.New(slog.NewTextHandler(stderr, nil))
+	case "json":
+		log = slog.New(slog.NewJSONHandler(stderr, nil))
+	default:
+		fmt.Fprintf(stderr, "moat serve: --log-format: want text or json, not %q\n", *logFormat)
+		return exitUsage
+	}
 	return serve(cfg, srv, log, stderr)
 }
 
@@ -98,10 +113,19 @@ func serve(cfg *config.Config, srv config.ResolvedServer, log *slog.Logger, stde
 		fmt.Fprintf(stderr, "moat: %v\n", err)
 		return exitUsage
 	}
+	// The audit trail before the sessions (which record the ends of sessions a
+	// crashed run left), closed after them (which record their ends).
+	m := metrics.New()
+	trail, err := openAudit(cfg, srv.DataDir, eng, m, log, true)
+	if err != nil {
+		fmt.Fprintf(stderr, "moat: audit: %v\n", err)
+		return exitInternal
+	}
 	defer func() {
 		if err := eng.Close(); err != nil {
 			log.Error("destroy the sessions' boxes", "err", err)
 		}
+		trail.close(stderr)
 	}()
 	if err := eng.EnableSessions(engine.SessionOptions{
 		Store: session.Options{
@@ -146,7 +170,8 @@ func serve(cfg *config.Config, srv config.ResolvedServer, log *slog.Logger, stde
 		fmt.Fprintf(stderr, "moat: %v\n", err)
 		return exitInternal
 	}
-	handler := api.New(api.Options{Engine: eng, Gate: g, Log: log, MaxBody: srv.MaxBody, MaxUpload: srv.MaxFile})
+	handler := api.New(api.Options{Engine: eng, Gate: g, Log: log, MaxBody: srv.MaxBody, MaxUpload: srv.MaxFile,
+		Audit: trail.api(), Metrics: m, MetricsPublic: cfg.Server.MetricsPublic})
 	mcpServer := mcp.New(mcp.Options{Engine: eng, Gate: g, Log: log, Version: version, Grace: mcpGrace(log),
 		IdleTTL: srv.Sessions.IdleTTL, MaxLifetime: srv.Sessions.MaxLifetime})
 	defer mcpServer.Close()
