@@ -64,7 +64,9 @@ type Stats struct {
 	Lost       uint64 // records that could not be written (fail_open, or Close on a failed store)
 	Queued     int    // records waiting for the writer
 	SinkErrors uint64 // failed writes to the sink
-	Failing    bool   // the last write to the store failed
+	// CodeRedactions counts the secrets redacted from the code kept in records.
+	CodeRedactions uint64
+	Failing        bool // the last write to the store failed
 }
 
 // Log is the audit trail's writer: a bounded queue in front of one writer
@@ -414,6 +416,9 @@ func (l *Log) writeBatch() bool {
 		l.queue = nil // let the backing array go
 	}
 	l.stats.Written += uint64(n)
+	for _, r := range batch {
+		l.stats.CodeRedactions += uint64(r.CodeRedactions)
+	}
 	l.mu.Unlock()
 	l.toSink(batch)
 	return true

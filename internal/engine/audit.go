@@ -94,6 +94,7 @@ func (e *Engine) EnableAudit(o AuditOptions) {
 	if l := o.Log; l != nil {
 		m.CounterFunc("moat_audit_records_written_total", "Audit records written to the store.", func() float64 { return float64(l.Stats().Written) })
 		m.CounterFunc("moat_audit_records_lost_total", "Audit records that could not be written (each one also logged).", func() float64 { return float64(l.Stats().Lost) })
+		m.CounterFunc("moat_audit_code_redactions_total", "Secrets redacted from the code kept in audit records.", func() float64 { return float64(l.Stats().CodeRedactions) })
 		m.CounterFunc("moat_audit_sink_errors_total", "Failed writes to the audit JSON-lines sink.", func() float64 { return float64(l.Stats().SinkErrors) })
 		m.GaugeFunc("moat_audit_queue_length", "Audit records waiting for the store.", func() float64 { return float64(l.Stats().Queued) })
 		m.GaugeFunc("moat_audit_store_failing", "1 while the audit store fails.", func() float64 {
@@ -254,7 +255,7 @@ func (r *auditRun) end(res *box.Result, err error) {
 			r.a.m.Violation(v.Rule)
 		}
 		rec.Redactions = res.Redactions
-		r.a.m.Redactions("output", res.Redactions)
+		r.a.m.Redactions(res.Redactions)
 		if res.DurationMS > 0 {
 			rec.DurationMS = res.DurationMS
 		}

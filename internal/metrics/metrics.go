@@ -15,14 +15,14 @@
 //	moat_executions_total{kind,front_end,status,language,backend,profile}   counter
 //	moat_stage_duration_seconds{stage}           histogram: gate, policy, box, box_start, run, filter
 //	moat_policy_violations_total{rule}           counter
-//	moat_redactions_total{where}                 counter: output (what code printed), code (in audit records)
+//	moat_redactions_total                        counter: secrets redacted from output
 //	moat_sessions_created_total                  counter
 //	moat_sessions_ended_total{reason}            counter: destroyed, expired, lost
 //	moat_sessions_active                         gauge
 //	moat_boxes_alive                             gauge: one-shot boxes running, session boxes, pooled boxes
 //	moat_gate_refusals_total{code}               counter: unauthenticated, forbidden, rate_limited...
 //	moat_audit_records_written_total, moat_audit_records_lost_total, moat_audit_sink_errors_total,
-//	moat_audit_queue_length, moat_audit_store_failing
+//	moat_audit_code_redactions_total, moat_audit_queue_length, moat_audit_store_failing
 //	moat_pool_ready, moat_pool_making, moat_pool_hits_total, moat_pool_misses_total
 //	go_*, process_*                              the Go runtime and the process
 //
@@ -57,7 +57,7 @@ type Metrics struct {
 	executions      *prometheus.CounterVec
 	stage           *prometheus.HistogramVec
 	violations      *prometheus.CounterVec
-	redactions      *prometheus.CounterVec
+	redactions      prometheus.Counter
 	sessionsCreated prometheus.Counter
 	sessionsEnded   *prometheus.CounterVec
 	gateRefusals    *prometheus.CounterVec
@@ -81,9 +81,9 @@ func New() *Metrics {
 		violations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "moat_policy_violations_total", Help: "Policy violations by rule.",
 		}, []string{"rule"}),
-		redactions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "moat_redactions_total", Help: "Secrets redacted: from output, and from code kept in audit records.",
-		}, []string{"where"}),
+		redactions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "moat_redactions_total", Help: "Secrets redacted from the output of executions.",
+		}),
 		sessionsCreated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "moat_sessions_created_total", Help: "Sessions started.",
 		}),
@@ -159,12 +159,12 @@ func (m *Metrics) Violation(rule string) {
 	m.violations.WithLabelValues(rule).Inc()
 }
 
-// Redactions counts n secrets redacted; where is "output" or "code".
-func (m *Metrics) Redactions(where string, n int) {
+// Redactions counts n secrets redacted from an execution's output.
+func (m *Metrics) Redactions(n int) {
 	if m == nil || n <= 0 {
 		return
 	}
-	m.redactions.WithLabelValues(where).Add(float64(n))
+	m.redactions.Add(float64(n))
 }
 
 // SessionCreated counts a session started.
