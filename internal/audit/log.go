@@ -28,6 +28,13 @@ const (
 	writeTimeout = 30 * time.Second
 	// closeWait bounds how long Close keeps trying to write what is queued.
 	closeWait = 10 * time.Second
+	// groupWait: under load (a batch written less than busyGap ago), the writer
+	// waits this long after a wake-up to commit the records that arrive meanwhile
+	// in the same transaction. A transaction costs about 0.2 ms of CPU whatever
+	// its size, which the executions would otherwise share one by one. An idle
+	// writer commits at once.
+	groupWait = 2 * time.Millisecond
+	busyGap   = 20 * time.Millisecond
 )
 
 // Options configure a Log.
@@ -311,7 +318,7 @@ func (l *Log) Close() error {
 func (l *Log) run() {
 	defer close(l.done)
 	retry := time.Duration(0)
-	var lastPrune time.Time
+	var lastPrune, lastWrite time.Time
 	var stopAt time.Time // set once Close is called
 	for {
 		if stopAt.IsZero() {
@@ -323,6 +330,9 @@ func (l *Log) run() {
 			}
 			select {
 			case <-wake:
+				if time.Since(lastWrite) < busyGap {
+					time.Sleep(groupWait)
+				}
 			case <-timer:
 			case <-l.stop:
 				stopAt = time.Now().Add(closeWait)
@@ -334,6 +344,7 @@ func (l *Log) run() {
 				l.prune()
 			}
 			for l.writeBatch() {
+				lastWrite = time.Now()
 			}
 		}
 		l.mu.Lock()

@@ -311,18 +311,56 @@ func BenchmarkQuery10k(b *testing.B) {
 	defer s.Close()
 	var recs []*Record
 	for i := range 10000 {
+		p := fmt.Sprint("p", i%20)
+		if i >= 5000 {
+			p = "all" // the newest half: one principal, as in a load test
+		}
 		recs = append(recs, &Record{Time: t0.Add(time.Duration(i) * time.Second), Kind: KindExecute,
-			Principal: fmt.Sprint("p", i%20), Status: "ok", Code: strings.Repeat("x", 200)})
+			Principal: p, Status: "ok", Code: strings.Repeat("x", 200)})
 	}
 	if err := s.Append(context.Background(), recs); err != nil {
 		b.Fatal(err)
 	}
-	f := Filter{Principal: "p7", Since: t0.Add(2 * time.Hour), Until: t0.Add(2*time.Hour + 30*time.Minute)}
-	b.ResetTimer()
+	for _, c := range []struct {
+		name string
+		f    Filter
+		n    int
+	}{
+		{"principal and a time window", Filter{Principal: "p7", Since: t0.Add(30 * time.Minute), Until: t0.Add(time.Hour)}, 90},
+		{"principal of every record, since", Filter{Principal: "all", Since: t0}, 100},
+		{"principal of every record, until", Filter{Principal: "all", Until: t0.Add(2 * time.Hour)}, 100},
+		{"time only", Filter{Since: t0.Add(time.Hour)}, 100},
+		{"rare principal", Filter{Principal: "p0", Since: t0}, 100},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				p, err := s.Query(context.Background(), c.f)
+				if err != nil || len(p.Records) != c.n {
+					b.Fatal(len(p.Records), err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkWriter is the writer goroutine's cost per record (redaction, hashing,
+// the SQLite insert), records arriving one at a time.
+func BenchmarkWriter(b *testing.B) {
+	l, err := Open(Options{Path: filepath.Join(b.TempDir(), FileName), Buffer: 1 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	code := []byte("curl http://example.com/1\n")
+	ctx := context.Background()
 	for b.Loop() {
-		p, err := s.Query(context.Background(), f)
-		if err != nil || len(p.Records) != 90 {
-			b.Fatal(len(p.Records), err)
+		p, _ := l.Reserve()
+		r := &Record{Kind: KindExecute, Principal: "load", FrontEnd: FrontEndAPI, Language: "bash", Status: "blocked",
+			Violations: []Violation{{Rule: "shell.command", Detail: "command \"curl\" is blocked by profile \"default\"", Line: 1}}}
+		r.SetCode(code)
+		p.Commit(r)
+		if err := l.Flush(ctx); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -75,27 +75,41 @@ func (s *Store) Query(ctx context.Context, f Filter) (Page, error) {
 	if f.Before > 0 {
 		add("seq < ?", f.Before)
 	}
-	q := "SELECT seq, body, hash FROM records"
+	// First the seqs, from the indexes, then the bodies of one page: a sort of
+	// thousands of matches then moves integers, not records.
+	q := "SELECT seq FROM records"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
 	q += " ORDER BY seq DESC LIMIT ?"
 	args = append(args, limit+1)
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	seqs, err := s.seqs(ctx, q, args...)
+	if err != nil {
+		return Page{}, err
+	}
+	p := Page{Records: []Record{}}
+	if len(seqs) > limit {
+		seqs = seqs[:limit]
+		p.Next = seqs[limit-1]
+	}
+	if len(seqs) == 0 {
+		return p, nil
+	}
+	in := make([]any, len(seqs))
+	for i, q := range seqs {
+		in[i] = q
+	}
+	marks := strings.TrimSuffix(strings.Repeat("?,", len(seqs)), ",")
+	rows, err := s.db.QueryContext(ctx, "SELECT seq, body, hash FROM records WHERE seq IN ("+marks+") ORDER BY seq DESC", in...)
 	if err != nil {
 		return Page{}, fmt.Errorf("audit query: %w", err)
 	}
 	defer rows.Close()
-	p := Page{Records: []Record{}}
 	for rows.Next() {
 		var seq int64
 		var body, hash string
 		if err := rows.Scan(&seq, &body, &hash); err != nil {
 			return Page{}, fmt.Errorf("audit query: %w", err)
-		}
-		if len(p.Records) == limit {
-			p.Next = p.Records[limit-1].Seq
-			break
 		}
 		var r Record
 		if err := json.Unmarshal([]byte(body), (*plain)(&r)); err != nil {
@@ -108,6 +122,27 @@ func (s *Store) Query(ctx context.Context, f Filter) (Page, error) {
 		return Page{}, fmt.Errorf("audit query: %w", err)
 	}
 	return p, nil
+}
+
+// seqs runs a query of seqs.
+func (s *Store) seqs(ctx context.Context, q string, args ...any) ([]int64, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("audit query: %w", err)
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			return nil, fmt.Errorf("audit query: %w", err)
+		}
+		out = append(out, seq)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("audit query: %w", err)
+	}
+	return out, nil
 }
 
 // HasSessionEnd reports whether the store holds a record of session id's end

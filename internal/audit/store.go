@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS records (
 	hash       TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS records_time ON records(time_ns);
-CREATE INDEX IF NOT EXISTS records_principal ON records(principal, time_ns);
+DROP INDEX IF EXISTS records_principal;
+CREATE INDEX IF NOT EXISTS records_principal_seq ON records(principal, seq, time_ns);
 CREATE INDEX IF NOT EXISTS records_session ON records(session) WHERE session != '';
 CREATE TABLE IF NOT EXISTS checkpoint (
 	id        INTEGER PRIMARY KEY CHECK (id = 1),
