@@ -87,6 +87,7 @@ type serverOpts struct {
 	dataDir string // reuse a data directory (a restart)
 	noKeys  bool   // no api_keys: the generated token
 	pool    string // server.pool in YAML flow style, e.g. "{size: 0}"
+	config  string // the whole config instead of serverConfig (shutdown_grace appended to server:)
 }
 
 // startServer starts moat serve on a free port and waits until it listens. The
@@ -107,6 +108,9 @@ func startServer(t *testing.T, o serverOpts) *server {
 	}
 	if o.pool != "" {
 		cfgText += "  pool: " + o.pool + "\n"
+	}
+	if o.config != "" {
+		cfgText = strings.Replace(o.config, "server:\n", "server:\n  shutdown_grace: "+o.grace+"\n", 1)
 	}
 	cfg := writeFixture(t, dir, "moat.yaml", []byte(cfgText))
 	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--config", cfg, "--data-dir", o.dataDir)
