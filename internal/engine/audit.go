@@ -133,7 +133,9 @@ func (e *Engine) begin(kind string, c Caller, owner, sessionID, language, profil
 	}
 	r := &auditRun{a: a, start: time.Now()}
 	r.lap = r.start
-	if a.log != nil {
+	// Destroying a session is never refused (it only ends a box); its record is
+	// appended without a reservation.
+	if a.log != nil && kind != audit.KindSessionDestroy {
 		p, err := a.log.Reserve()
 		if err != nil {
 			e.log.Error("execution refused: the audit trail cannot record it", "kind", kind, "principal", c.Principal, "request_id", c.RequestID, "err", err)
@@ -279,8 +281,11 @@ func (r *auditRun) end(res *box.Result, err error) {
 			r.a.m.Stage(metrics.StageBoxStart, time.Since(r.start))
 		}
 	}
-	if r.pending != nil {
+	switch {
+	case r.pending != nil:
 		r.pending.Commit(rec)
+	case r.a.log != nil:
+		r.a.log.Append(rec)
 	}
 }
 
@@ -386,9 +391,8 @@ func (e *Engine) DeleteSessionAs(c Caller, owner, id string) (err error) {
 	err = e.DeleteSession(owner, id)
 	if err != nil {
 		// A refused destroy is recorded here; a done one by sessionEnded.
-		if r, berr := e.begin(audit.KindSessionDestroy, c, owner, id, "", "", nil); berr == nil {
-			r.end(nil, err)
-		}
+		r, _ := e.begin(audit.KindSessionDestroy, c, owner, id, "", "", nil) // never refused
+		r.end(nil, err)
 	}
 	return err
 }
