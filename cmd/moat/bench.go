@@ -109,16 +109,19 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	began := time.Now()
 	rep := &benchReport{Host: hostSummary(), Runs: *n, Short: *short, LoadBefore: loadAverage(), Pool: benchPoolDesc}
 	progress := func(format string, args ...any) { fmt.Fprintf(stderr, "moat bench: "+format+"\n", args...) }
+	part := func(name string) { rep.Loads = append(rep.Loads, partLoad{Part: name, Load: loadAverage()}) }
 
 	pandasErr := exec.Command(benchPython, "-c", "import pandas").Run()
 	srv := startBenchServers(ctx, pandasErr == nil, stderr, rep)
 	defer srv.stop()
 	if ctx.Err() == nil {
 		progress("memory of the idle servers and their warm boxes")
+		part("memory")
 		rep.Memory = srv.idleMemory(ctx)
 	}
 
 	progress("print(1): %d runs per case", *n)
+	part("print(1)")
 	cases, skipped := printCases(self, srv)
 	rep.Latency = measure(ctx, cases, *n, warmups)
 	rep.Latency = append(rep.Latency, skipped...)
@@ -127,6 +130,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 
 	if pandasErr == nil {
 		progress("pandas: %d runs per case", *n)
+		part("pandas")
 		rep.Pandas = measure(ctx, pandasCases(self, srv), *n, 1)
 		inferHits(rep.Pandas, "pandas_preload", "pandas_pool")
 		ratios(rep.Pandas)
@@ -137,11 +141,13 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	}
 
 	progress("throughput at 1, 2, 4 and 8 clients, %d executions each", 4**n)
+	part("throughput")
 	rep.Throughput = srv.throughput([]int{1, 2, 4, 8}, 4**n)
 	rep.Memory = append(rep.Memory, srv.peakMemory()...)
 	srv.stop()
 
 	progress("policy cost")
+	part("policy")
 	if cold := rowByID(rep.Latency, "run_cold"); cold.Runs > 0 {
 		rows, err := policyCost(*n, pct(cold.times, 50))
 		if err != nil {

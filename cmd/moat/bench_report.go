@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -16,7 +17,10 @@ type benchReport struct {
 	// and the end of the run.
 	LoadBefore float64 `json:"load_before"`
 	LoadAfter  float64 `json:"load_after"`
-	ElapsedS   float64 `json:"elapsed_s"`
+	// Loads are the 1-minute load average as each part of the run began: other
+	// work on the host shows here.
+	Loads    []partLoad `json:"loads"`
+	ElapsedS float64    `json:"elapsed_s"`
 	// Pool is the warm pool of the server the pooled cases ran against, as its
 	// config says it.
 	Pool string `json:"pool"`
@@ -31,6 +35,12 @@ type benchReport struct {
 	Flood      floodResult     `json:"flood"`
 	// Failures lists what could not be measured; the exit status is 1 when any.
 	Failures []string `json:"failures"`
+}
+
+// partLoad is the load average as a part of the run began.
+type partLoad struct {
+	Part string  `json:"part"`
+	Load float64 `json:"load"`
 }
 
 // benchRow is one latency case.
@@ -155,6 +165,9 @@ func (r *benchReport) normalize() {
 	if r.Failures == nil {
 		r.Failures = []string{}
 	}
+	if r.Loads == nil {
+		r.Loads = []partLoad{}
+	}
 }
 
 // failed records what could not be measured.
@@ -163,8 +176,12 @@ func (r *benchReport) failed(format string, args ...any) {
 }
 
 func writeBenchReport(w io.Writer, r *benchReport) {
-	fmt.Fprintf(w, "moat bench: %d runs per case, interleaved, on %s; load average %.2f at the start, %.2f at the end; %.0f s\n\n",
-		r.Runs, r.Host, r.LoadBefore, r.LoadAfter, r.ElapsedS)
+	fmt.Fprintf(w, "moat bench: %d runs per case, interleaved, on %s; %.0f s\n", r.Runs, r.Host, r.ElapsedS)
+	loads := []string{fmt.Sprintf("start %.2f", r.LoadBefore)}
+	for _, l := range r.Loads {
+		loads = append(loads, fmt.Sprintf("%s %.2f", l.Part, l.Load))
+	}
+	fmt.Fprintf(w, "load average (1 min) as each part began: %s, end %.2f\n\n", strings.Join(loads, ", "), r.LoadAfter)
 
 	latencyTable(w, "case", "bare python3", r.Latency)
 	fmt.Fprintf(w, "\nAPI cases run against a `moat serve` started by the bench (pool %s) and one with the pool off, "+
