@@ -364,3 +364,26 @@ func BenchmarkWriter(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkOneShotProcess is what auditing costs a moat run process: open the
+// store, record one execution, write it and close.
+func BenchmarkOneShotProcess(b *testing.B) {
+	path := filepath.Join(b.TempDir(), FileName)
+	code := []byte("print(1)\n")
+	for b.Loop() {
+		l, err := Open(Options{Path: path})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := l.Reserve()
+		if err != nil {
+			b.Fatal(err)
+		}
+		r := &Record{Kind: KindExecute, Principal: "local:root", FrontEnd: FrontEndCLI, Status: "ok"}
+		r.SetCode(code)
+		p.Commit(r)
+		if err := l.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

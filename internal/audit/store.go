@@ -51,7 +51,12 @@ BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS records_prune_only BEFORE DELETE ON records
 WHEN (SELECT value FROM meta WHERE key = 'pruning') != '1'
 BEGIN SELECT RAISE(ABORT, 'audit records are append-only (only retention removes them)'); END;
+PRAGMA user_version = 1;
 `
+
+// schemaVersion is the user_version the schema sets; a store at it is not
+// written to when opened (a moat run opens the store once per execution).
+const schemaVersion = 1
 
 // Store is the SQLite file of the audit chain. Its methods are safe for concurrent
 // use, and several processes (moat serve and moat run on the same data directory)
@@ -87,9 +92,16 @@ func OpenStore(path string) (*Store, error) {
 	db.SetConnMaxIdleTime(time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := db.ExecContext(ctx, schema); err != nil {
+	var version int
+	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("audit store %s: %w", path, err)
+	}
+	if version != schemaVersion {
+		if _, err := db.ExecContext(ctx, schema); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("audit store %s: %w", path, err)
+		}
 	}
 	return &Store{db: db, path: path}, nil
 }
