@@ -311,7 +311,7 @@ func TestAuditVerifyCatchesTampering(t *testing.T) {
 	}
 	db := openDB(t, dir)
 	// edit changes the store as someone with the file would: without the triggers
-	// (which moat re-creates whenever it opens the store).
+	// that stop accidental edits.
 	edit := func(q string) {
 		t.Helper()
 		for _, q := range []string{"DROP TRIGGER IF EXISTS records_append_only", "DROP TRIGGER IF EXISTS records_prune_only", q} {
