@@ -109,7 +109,17 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	began := time.Now()
 	rep := &benchReport{Host: hostSummary(), Runs: *n, Short: *short, LoadBefore: loadAverage(), Pool: benchPoolDesc}
 	progress := func(format string, args ...any) { fmt.Fprintf(stderr, "moat bench: "+format+"\n", args...) }
-	part := func(name string) { rep.Loads = append(rep.Loads, partLoad{Part: name, Load: loadAverage()}) }
+	prevCPU := readCPU()
+	part := func(name string) { // ends the previous part, if any, and begins name
+		now := readCPU()
+		if k := len(rep.Loads); k > 0 && now.total > prevCPU.total {
+			rep.Loads[k-1].StealPct = round(100*float64(now.steal-prevCPU.steal)/float64(now.total-prevCPU.total), 10)
+		}
+		prevCPU = now
+		if name != "" {
+			rep.Loads = append(rep.Loads, partLoad{Part: name, Load: loadAverage()})
+		}
+	}
 
 	pandasErr := exec.Command(benchPython, "-c", "import pandas").Run()
 	srv := startBenchServers(ctx, pandasErr == nil, stderr, rep)
@@ -183,6 +193,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	if ctx.Err() != nil {
 		rep.failed("interrupted")
 	}
+	part("")
 	rep.LoadAfter = loadAverage()
 	rep.ElapsedS = round(time.Since(began).Seconds(), 10)
 	rep.normalize()
@@ -318,6 +329,28 @@ func pct(sorted []time.Duration, p int) time.Duration {
 
 // benchMS is d in milliseconds, to a hundredth.
 func benchMS(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 100) }
+
+// cpuTimes are the host's CPU times from /proc/stat, in ticks: all of them, and
+// those stolen by the hypervisor (another VM ran on our CPUs).
+type cpuTimes struct{ total, steal int64 }
+
+func readCPU() cpuTimes {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	var c cpuTimes
+	for i := 1; i < len(f) && i <= 8; i++ {
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		c.total += v
+		if i == 8 {
+			c.steal = v
+		}
+	}
+	return c
+}
 
 // loadAverage is the host's 1-minute load average, 0 when unknown.
 func loadAverage() float64 {

@@ -17,8 +17,8 @@ type benchReport struct {
 	// and the end of the run.
 	LoadBefore float64 `json:"load_before"`
 	LoadAfter  float64 `json:"load_after"`
-	// Loads are the 1-minute load average as each part of the run began: other
-	// work on the host shows here.
+	// Loads say how busy the host was in each part of the run: other work on it,
+	// or on other VMs sharing its CPUs, shows here.
 	Loads    []partLoad `json:"loads"`
 	ElapsedS float64    `json:"elapsed_s"`
 	// Pool is the warm pool of the server the pooled cases ran against, as its
@@ -37,10 +37,14 @@ type benchReport struct {
 	Failures []string `json:"failures"`
 }
 
-// partLoad is the load average as a part of the run began.
+// partLoad is how busy the host was during one part of the run.
 type partLoad struct {
-	Part string  `json:"part"`
+	Part string `json:"part"`
+	// Load is the 1-minute load average as the part began.
 	Load float64 `json:"load"`
+	// StealPct is the share of the host's CPU time the hypervisor gave to other VMs
+	// during the part.
+	StealPct float64 `json:"steal_pct"`
 }
 
 // benchRow is one latency case.
@@ -177,11 +181,12 @@ func (r *benchReport) failed(format string, args ...any) {
 
 func writeBenchReport(w io.Writer, r *benchReport) {
 	fmt.Fprintf(w, "moat bench: %d runs per case, interleaved, on %s; %.0f s\n", r.Runs, r.Host, r.ElapsedS)
-	loads := []string{fmt.Sprintf("start %.2f", r.LoadBefore)}
+	var loads []string
 	for _, l := range r.Loads {
-		loads = append(loads, fmt.Sprintf("%s %.2f", l.Part, l.Load))
+		loads = append(loads, fmt.Sprintf("%s %.2f, %.1f%%", l.Part, l.Load, l.StealPct))
 	}
-	fmt.Fprintf(w, "load average (1 min) as each part began: %s, end %.2f\n\n", strings.Join(loads, ", "), r.LoadAfter)
+	fmt.Fprintf(w, "host load by part (1-min load average as it began, CPU stolen by the hypervisor during it): %s; at the end %.2f\n\n",
+		strings.Join(loads, "; "), r.LoadAfter)
 
 	latencyTable(w, "case", "bare python3", r.Latency)
 	fmt.Fprintf(w, "\nAPI cases run against a `moat serve` started by the bench (pool %s) and one with the pool off, "+
