@@ -452,21 +452,22 @@ func TestAuditMetricsAfterAKnownSequence(t *testing.T) {
 		return fmt.Sprintf(`moat_executions_total{backend="native",front_end="api",kind="%s",language="%s",profile="%s",status="%s"}`, kind, lang, profile, status)
 	}
 	for name, want := range map[string]float64{
-		series("execute", "python", "default", "ok"):           3,
-		series("execute", "bash", "default", "blocked"):        2,
-		series("execute", "bash", "open", "ok"):                1,
-		series("session_execute", "bash", "default", "error"):  1,
-		`moat_policy_violations_total{rule="shell.command"}`:   2,
-		`moat_redactions_total`:                                1,
-		`moat_audit_code_redactions_total`:                     1,
-		`moat_gate_refusals_total{code="unauthenticated"}`:     1,
-		`moat_sessions_created_total`:                          1,
-		`moat_sessions_ended_total{reason="destroyed"}`:        1,
-		`moat_stage_duration_seconds_count{stage="box"}`:       4,
-		`moat_stage_duration_seconds_count{stage="box_start"}`: 1,
-		`moat_stage_duration_seconds_count{stage="run"}`:       1,
-		`moat_stage_duration_seconds_count{stage="policy"}`:    7,
-		`moat_audit_records_written_total`:                     10,
+		series("execute", "python", "default", "ok"):              3,
+		series("execute", "bash", "default", "blocked"):           2,
+		series("execute", "bash", "open", "ok"):                   1,
+		series("session_execute", "bash", "default", "error"):     1,
+		`moat_policy_violations_total{rule="shell.command"}`:      2,
+		`moat_redactions_total`:                                   1,
+		`moat_audit_code_redactions_total`:                        1,
+		`moat_gate_refusals_total{code="unauthenticated"}`:        1,
+		`moat_sessions_created_total`:                             1,
+		`moat_sessions_ended_total{reason="destroyed"}`:           1,
+		`moat_stage_duration_seconds_count{stage="box"}`:          4,
+		`moat_stage_duration_seconds_count{stage="box_start"}`:    5, // 4 one-shot boxes and a session's
+		`moat_stage_duration_seconds_count{stage="run"}`:          5,
+		`moat_stage_duration_seconds_count{stage="box_teardown"}`: 4,
+		`moat_stage_duration_seconds_count{stage="policy"}`:       7,
+		`moat_audit_records_written_total`:                        10,
 	} {
 		if got := after[name] - before[name]; got != want {
 			t.Errorf("%s rose by %v, want %v", name, got, want)

@@ -1,5 +1,7 @@
 package box
 
+import "time"
+
 // Status is the outcome of an execution. The values are part of the JSON contract.
 type Status string
 
@@ -41,6 +43,21 @@ type Result struct {
 	// Report is what the code wrote to its report channel (Spec.Report): untrusted
 	// input for the engine to parse. Not part of the JSON contract.
 	Report []byte `json:"-"`
+	// Timing splits the box's wall time into its stages, for metrics. Not part of
+	// the JSON contract.
+	Timing Timing `json:"-"`
+}
+
+// Timing is where a box's time went.
+type Timing struct {
+	// Start is from asking for a box to the code's start (zero for a box made
+	// ahead of time and taken ready).
+	Start time.Duration
+	// Run is the code's own run.
+	Run time.Duration
+	// Teardown is from the code's end to the result being ready: the box killed
+	// and its output drained (zero when it is destroyed in the background).
+	Teardown time.Duration
 }
 
 // Display is one rich output (a figure as PNG, for example).

@@ -224,6 +224,17 @@ func (r *auditRun) stage(stage string) {
 	}
 }
 
+// boxStages observes a one-shot box's start, run and teardown (the box stage, which
+// covers them all, is observed by stage as well).
+func (r *auditRun) boxStages(t box.Timing) {
+	if r == nil {
+		return
+	}
+	r.a.m.Stage(metrics.StageBoxStart, t.Start)
+	r.a.m.Stage(metrics.StageRun, t.Run)
+	r.a.m.Stage(metrics.StageTeardown, t.Teardown)
+}
+
 // Statuses of records of operations that failed (besides audit.StatusRejected
 // and audit.StatusInternalError).
 const (

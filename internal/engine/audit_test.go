@@ -294,8 +294,9 @@ func TestMetricsAfterAKnownSequence(t *testing.T) {
 		`moat_boxes_alive 0`,
 		`moat_stage_duration_seconds_count{stage="policy"} 7`,
 		`moat_stage_duration_seconds_count{stage="box"} 4`,
-		`moat_stage_duration_seconds_count{stage="box_start"} 1`,
-		`moat_stage_duration_seconds_count{stage="run"} 1`,
+		`moat_stage_duration_seconds_count{stage="box_start"} 5`, // 4 one-shot boxes and a session's
+		`moat_stage_duration_seconds_count{stage="run"} 5`,
+		`moat_stage_duration_seconds_count{stage="box_teardown"} 4`,
 		`moat_audit_records_written_total 9`,
 		`moat_audit_records_lost_total 0`,
 	} {

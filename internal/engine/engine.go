@@ -136,17 +136,25 @@ func (e *Engine) Execute(ctx context.Context, req *Request) (res *box.Result, er
 	streams := &streamSet{red: e.redactor}
 	spec.Filter = streams.wrap
 	var pooled box.Session
+	taking := time.Now()
 	if e.pool != nil && poolable(spec) {
 		pooled = e.pool.take(poolKey{lang: lang.Name, profile: name, limits: lim}, e.oneShotSpec(spec, name, prof))
 	}
 	switch {
 	case pooled != nil:
+		took := time.Since(taking)
 		res, err = runOneShot(ctx, pooled, spec, req.OutputFiles)
-		e.pool.release(pooled)
+		e.pool.release(pooled) // destroyed in the background: no teardown to wait for
+		if res != nil {
+			res.Timing.Start = took
+		}
 	case len(req.OutputFiles) > 0:
 		res, err = e.runForFiles(ctx, spec, name, prof, req.OutputFiles)
 	default:
 		res, err = e.backend.Run(ctx, spec)
+	}
+	if res != nil {
+		au.boxStages(res.Timing)
 	}
 	au.stage(metrics.StageBox)
 	if err != nil {

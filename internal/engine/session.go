@@ -357,12 +357,19 @@ func (e *Engine) runForFiles(ctx context.Context, spec *box.Spec, profile string
 	if !ok {
 		return nil, fmt.Errorf("%w: the %s backend cannot return output files", ErrBadRequest, e.backend.Name())
 	}
+	started := time.Now()
 	s, err := sb.StartSession(ctx, e.oneShotSpec(spec, profile, prof))
 	if err != nil {
 		return nil, err
 	}
-	defer s.Close()
-	return runOneShot(ctx, s, spec, outputs)
+	took := time.Since(started)
+	res, err := runOneShot(ctx, s, spec, outputs)
+	ended := time.Now()
+	s.Close()
+	if res != nil {
+		res.Timing.Start, res.Timing.Teardown = took, time.Since(ended)
+	}
+	return res, err
 }
 
 // oneShotSpec is the session box a one-shot execution of spec runs in.

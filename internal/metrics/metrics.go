@@ -43,12 +43,13 @@ import (
 
 // Stages of the pipeline, the values of the stage label.
 const (
-	StageGate     = "gate"      // authentication and quotas (API)
-	StagePolicy   = "policy"    // the shell checker; Python's policy runs in the box
-	StageBox      = "box"       // a one-shot box: start (or take from the pool), run, destroy
-	StageBoxStart = "box_start" // a session's box started
-	StageRun      = "run"       // a call in a session's box
-	StageFilter   = "filter"    // the runner's report and the result's final filtering
+	StageGate     = "gate"         // authentication and quotas (API)
+	StagePolicy   = "policy"       // the shell checker; Python's policy runs in the box
+	StageBox      = "box"          // a one-shot box, all of it: start (or take from the pool), run, destroy
+	StageBoxStart = "box_start"    // a box started (one-shot or a session's), up to the code's start
+	StageRun      = "run"          // the code's run: a one-shot program or a call in a session
+	StageTeardown = "box_teardown" // a one-shot box destroyed after its code
+	StageFilter   = "filter"       // the runner's report and the result's final filtering
 )
 
 // Metrics are moat's metrics. Build them with New.

@@ -139,6 +139,7 @@ wait:
 	res.DurationMS = time.Since(start).Milliseconds()
 	tr.mark("run")
 	waitedAt := time.Now()
+	defer func() { res.Timing.Teardown = time.Since(waitedAt) }()
 	if cg != nil {
 		_ = cg.Kill() // init is gone, so is its PID namespace; this is belt and braces
 	}
@@ -152,6 +153,12 @@ wait:
 	res.Report = reportData
 	report := <-msgc
 	msg := report.final
+	if report.confinedAt.IsZero() {
+		res.Timing.Run = waitedAt.Sub(start)
+	} else {
+		res.Timing.Start = report.confinedAt.Sub(start)
+		res.Timing.Run = waitedAt.Sub(report.confinedAt)
+	}
 	tr.mark("drain")
 	tr.note("init_setup", time.Duration(msg.SetupMicros)*time.Microsecond)
 	if !report.finalAt.IsZero() {
@@ -213,6 +220,7 @@ wait:
 // ABI) and its final "exit" or "error" message (Kind "none" if it said nothing more).
 type initReport struct {
 	confined    bool
+	confinedAt  time.Time // when init said the box was confined (the code starts next)
 	landlockABI int
 	final       initMsg
 	finalAt     time.Time // when the final message arrived (phase tracing)
@@ -232,7 +240,7 @@ func readReport(r io.Reader) initReport {
 		}
 		switch m.Kind {
 		case "confined":
-			rep.confined, rep.landlockABI = true, m.LandlockABI
+			rep.confined, rep.landlockABI, rep.confinedAt = true, m.LandlockABI, time.Now()
 		case "exit", "error":
 			rep.final = m
 			rep.finalAt = time.Now()

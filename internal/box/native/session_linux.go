@@ -421,6 +421,7 @@ func (s *session) Exec(ctx context.Context, call *box.Call) (*box.Result, error)
 		Stdout: outCap.String(), Stderr: errCap.String(),
 		Truncated:  outCap.Truncated() || errCap.Truncated(),
 		DurationMS: time.Since(start).Milliseconds(),
+		Timing:     box.Timing{Run: time.Since(start)},
 		Isolation:  s.isolation,
 		Warnings:   append([]string(nil), s.warnings...),
 		Report:     report,
