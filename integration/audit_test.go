@@ -457,7 +457,7 @@ func TestAuditMetricsAfterAKnownSequence(t *testing.T) {
 		series("execute", "bash", "open", "ok"):                   1,
 		series("session_execute", "bash", "default", "error"):     1,
 		`moat_policy_violations_total{rule="shell.command"}`:      2,
-		`moat_redactions_total`:                                   1,
+		`moat_redactions_total{rule="aws_access_key"}`:            1,
 		`moat_audit_code_redactions_total`:                        1,
 		`moat_gate_refusals_total{code="unauthenticated"}`:        1,
 		`moat_sessions_created_total`:                             1,

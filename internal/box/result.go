@@ -46,6 +46,9 @@ type Result struct {
 	// Timing splits the box's wall time into its stages, for metrics. Not part of
 	// the JSON contract.
 	Timing Timing `json:"-"`
+	// RedactionsByRule splits Redactions by the rule that matched ("secret" for
+	// exact secret values), for metrics. Not part of the JSON contract.
+	RedactionsByRule map[string]int `json:"-"`
 }
 
 // Timing is where a box's time went.

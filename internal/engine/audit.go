@@ -268,7 +268,7 @@ func (r *auditRun) end(res *box.Result, err error) {
 			r.a.m.Violation(v.Rule)
 		}
 		rec.Redactions = res.Redactions
-		r.a.m.Redactions(res.Redactions)
+		r.a.m.Redactions(res.RedactionsByRule)
 		if res.DurationMS > 0 {
 			rec.DurationMS = res.DurationMS
 		}

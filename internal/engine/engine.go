@@ -168,6 +168,7 @@ func (e *Engine) Execute(ctx context.Context, req *Request) (res *box.Result, er
 // finish applies the filter's count and the runner's report to a box's result.
 func (e *Engine) finish(res *box.Result, streams *streamSet) {
 	res.Redactions = streams.count()
+	res.RedactionsByRule = streams.byRule(res.RedactionsByRule)
 	e.applyReport(res)
 	for i, w := range res.Warnings {
 		res.Warnings[i] = filter.SanitizeError(w)
@@ -255,6 +256,27 @@ func (s *streamSet) count() int {
 		n += st.Count()
 	}
 	return n
+}
+
+// byRule adds the streams' replacements, by rule, to into (made when needed).
+func (s *streamSet) byRule(into map[string]int) map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.all {
+		into = addCounts(into, st.CountByRule())
+	}
+	return into
+}
+
+// addCounts adds the counts of b to a, making a when needed.
+func addCounts(a, b map[string]int) map[string]int {
+	for k, v := range b {
+		if a == nil {
+			a = map[string]int{}
+		}
+		a[k] += v
+	}
+	return a
 }
 
 // buildRedactor assembles the redaction rules of the config and the exact values of

@@ -17,7 +17,12 @@ func (e *Engine) applyReport(res *box.Result) {
 		res.Display = rep.Display
 	}
 	if rep.Result != nil {
-		v, n := e.redactor.Redact(*rep.Result)
+		v, byRule := e.redactor.RedactByRule(*rep.Result)
+		n := 0
+		for _, c := range byRule {
+			n += c
+		}
+		res.RedactionsByRule = addCounts(res.RedactionsByRule, byRule)
 		res.Redactions += n
 		res.Result = &v
 	}

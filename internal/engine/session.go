@@ -282,6 +282,7 @@ func (e *Engine) SessionExecute(ctx context.Context, owner, id string, req *Call
 	}
 	// filter and the runner's report
 	res.Redactions = streams.count()
+	res.RedactionsByRule = streams.byRule(res.RedactionsByRule)
 	e.applyReport(res)
 	for i, w := range res.Warnings {
 		res.Warnings[i] = filter.SanitizeError(w)

@@ -101,6 +101,43 @@ func (r *Redactor) Redact(s string) (string, int) {
 	return b.String(), n
 }
 
+// RedactByRule is Redact, with the replacements counted by rule name ("secret" for
+// exact secret values); the map is nil when nothing was replaced.
+func (r *Redactor) RedactByRule(s string) (string, map[string]int) {
+	if len(s) == 0 {
+		return s, nil
+	}
+	sc := r.newScanner()
+	var b strings.Builder
+	n := r.run(sc, []byte(s), func(p []byte) { b.Write(p) })
+	if n == 0 {
+		return s, nil
+	}
+	return b.String(), sc.byRule()
+}
+
+// byRule names the scanner's counts.
+func (sc *scanner) byRule() map[string]int {
+	var out map[string]int
+	for i, c := range sc.counts {
+		if c == 0 {
+			continue
+		}
+		if out == nil {
+			out = map[string]int{}
+		}
+		name := SecretRuleName
+		if i < len(sc.r.rules) {
+			name = sc.r.rules[i].name
+		}
+		out[name] += c
+	}
+	return out
+}
+
+// SecretRuleName is the rule name counted for exact secret values.
+const SecretRuleName = "secret"
+
 // run runs the frame machine over b, calls emit with each frame's output, and
 // returns the number of replacements.
 func (r *Redactor) run(sc *scanner, b []byte, emit func([]byte)) int {
@@ -129,6 +166,8 @@ type scanner struct {
 
 	cands []cand
 	occ   [][]int // by part id: where its starts occur in the frame
+	// counts are the markers written, by rule index; the last counts secrets.
+	counts []int
 }
 
 // cand is one candidate redaction.
@@ -290,11 +329,17 @@ func (sc *scanner) emit(f []byte, cut int, out []byte) ([]byte, int) {
 		end = min(end, cut) // cut never falls inside a candidate; keep it so
 		out = append(out, f[pos:first.rs]...)
 		if !cont {
+			idx := len(sc.r.rules)
 			if first.rule >= 0 {
 				out = append(out, sc.r.rules[first.rule].marker...)
+				idx = first.rule
 			} else {
 				out = append(out, "[REDACTED:secret]"...)
 			}
+			if sc.counts == nil {
+				sc.counts = make([]int, len(sc.r.rules)+1)
+			}
+			sc.counts[idx]++
 			n++
 		}
 		pos, i = end, j

@@ -74,6 +74,10 @@ func (s *Stream) Close() error {
 // Count returns the number of replacements written so far.
 func (s *Stream) Count() int { return s.count }
 
+// CountByRule returns the replacements written so far by rule name (SecretRuleName
+// for exact secret values); nil when there were none.
+func (s *Stream) CountByRule() map[string]int { return s.sc.byRule() }
+
 // process runs one frame, the whole buffer, and writes its output.
 func (s *Stream) process(final bool) error {
 	out, used, n := s.sc.step(s.buf, final, s.out[:0])

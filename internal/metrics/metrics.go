@@ -15,7 +15,7 @@
 //	moat_executions_total{kind,front_end,status,language,backend,profile}   counter
 //	moat_stage_duration_seconds{stage}           histogram: gate, policy, box, box_start, run, filter
 //	moat_policy_violations_total{rule}           counter
-//	moat_redactions_total                        counter: secrets redacted from output
+//	moat_redactions_total{rule}                  counter: secrets redacted from output, by rule
 //	moat_sessions_created_total                  counter
 //	moat_sessions_ended_total{reason}            counter: destroyed, expired, lost
 //	moat_sessions_active                         gauge
@@ -58,7 +58,7 @@ type Metrics struct {
 	executions      *prometheus.CounterVec
 	stage           *prometheus.HistogramVec
 	violations      *prometheus.CounterVec
-	redactions      prometheus.Counter
+	redactions      *prometheus.CounterVec
 	sessionsCreated prometheus.Counter
 	sessionsEnded   *prometheus.CounterVec
 	gateRefusals    *prometheus.CounterVec
@@ -82,9 +82,9 @@ func New() *Metrics {
 		violations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "moat_policy_violations_total", Help: "Policy violations by rule.",
 		}, []string{"rule"}),
-		redactions: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "moat_redactions_total", Help: "Secrets redacted from the output of executions.",
-		}),
+		redactions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "moat_redactions_total", Help: "Secrets redacted from the output of executions, by rule (secret: exact secret values).",
+		}, []string{"rule"}),
 		sessionsCreated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "moat_sessions_created_total", Help: "Sessions started.",
 		}),
@@ -160,12 +160,16 @@ func (m *Metrics) Violation(rule string) {
 	m.violations.WithLabelValues(rule).Inc()
 }
 
-// Redactions counts n secrets redacted from an execution's output.
-func (m *Metrics) Redactions(n int) {
-	if m == nil || n <= 0 {
+// Redactions counts the secrets redacted from an execution's output, by rule.
+func (m *Metrics) Redactions(byRule map[string]int) {
+	if m == nil {
 		return
 	}
-	m.redactions.Add(float64(n))
+	for rule, n := range byRule {
+		if n > 0 {
+			m.redactions.WithLabelValues(rule).Add(float64(n))
+		}
+	}
 }
 
 // SessionCreated counts a session started.

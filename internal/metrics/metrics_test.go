@@ -24,8 +24,9 @@ func TestScrape(t *testing.T) {
 	m.Executed(x)
 	m.Stage(StagePolicy, 300*time.Microsecond)
 	m.Violation("shell.command")
-	m.Redactions(2)
-	m.Redactions(0)
+	m.Redactions(map[string]int{"openai_key": 1, "secret": 1})
+	m.Redactions(map[string]int{"openai_key": 1, "aws_key": 0})
+	m.Redactions(nil)
 	m.SessionCreated()
 	m.SessionEnded(EndExpired)
 	m.GateRefused("unauthenticated")
@@ -35,7 +36,8 @@ func TestScrape(t *testing.T) {
 		`moat_executions_total{backend="native",front_end="api",kind="execute",language="python",profile="default",status="ok"} 2`,
 		`moat_stage_duration_seconds_bucket{stage="policy",le="0.0005"} 1`,
 		`moat_policy_violations_total{rule="shell.command"} 1`,
-		`moat_redactions_total 2`,
+		`moat_redactions_total{rule="openai_key"} 2`,
+		`moat_redactions_total{rule="secret"} 1`,
 		`moat_sessions_created_total 1`,
 		`moat_sessions_ended_total{reason="expired"} 1`,
 		`moat_gate_refusals_total{code="unauthenticated"} 1`,
@@ -53,7 +55,7 @@ func TestNilIsANoOp(t *testing.T) {
 	m.Executed(Execution{})
 	m.Stage(StageBox, time.Second)
 	m.Violation("x")
-	m.Redactions(1)
+	m.Redactions(map[string]int{"secret": 1})
 	m.SessionCreated()
 	m.SessionEnded(EndLost)
 	m.GateRefused("forbidden")
