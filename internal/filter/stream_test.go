@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -353,3 +354,27 @@ func TestStreamBoundedMemory(t *testing.T) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestCountByRule: the markers are counted by the rule that wrote them, the same for
+// a stream written a byte at a time as for the whole text.
+func TestCountByRule(t *testing.T) {
+	secret := "hunter2-hunter2-hunter2"
+	r := New(DefaultRules(), []string{secret})
+	text := "key AKIAABCDEFGHIJKLMNOP and " + secret + " and again AKIAQRSTUVWXYZ234567 done"
+	want := map[string]int{"aws_access_key": 2, SecretRuleName: 1}
+	if _, got := r.RedactByRule(text); !reflect.DeepEqual(got, want) {
+		t.Fatalf("RedactByRule counts %v, want %v", got, want)
+	}
+	var out strings.Builder
+	st := r.Stream(&out)
+	for i := range len(text) {
+		_, _ = st.Write([]byte{text[i]})
+	}
+	_ = st.Close()
+	if got := st.CountByRule(); !reflect.DeepEqual(got, want) || st.Count() != 3 {
+		t.Fatalf("stream counts %v (%d), want %v", got, st.Count(), want)
+	}
+	if _, got := r.RedactByRule("nothing to see"); got != nil {
+		t.Fatalf("counts %v for clean text, want nil", got)
+	}
+}
