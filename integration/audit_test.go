@@ -203,6 +203,10 @@ func TestAuditEveryEventOnceThroughEveryFrontEnd(t *testing.T) {
 		t.Fatalf("mcp: %s", mcpText(res))
 	}
 	cs.Close()
+	// The MCP endpoint's refusals are auth failures too.
+	if code, _, _ := apiDo(t, s, "POST", "/mcp", "wrong-key-0123456789abcdef", `{}`); code != 401 {
+		t.Fatalf("/mcp with a wrong key: %d", code)
+	}
 
 	// The CLI, on the same store, from another process.
 	dir := t.TempDir()
@@ -247,6 +251,7 @@ func TestAuditEveryEventOnceThroughEveryFrontEnd(t *testing.T) {
 		{audit.KindExecute, "alice", "api", 1},
 		{audit.KindSessionCreate, "bob", "api", 1},
 		{audit.KindSessionExpire, "bob", "server", 1},
+		{audit.KindAuthFailure, "", "mcp", 1},
 	} {
 		if got := count(c.kind, c.principal, c.frontEnd); got != c.n {
 			t.Errorf("%s by %s through %s: %d records, want %d", c.kind, c.principal, c.frontEnd, got, c.n)

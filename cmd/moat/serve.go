@@ -173,7 +173,7 @@ func serve(cfg *config.Config, srv config.ResolvedServer, log *slog.Logger, stde
 	handler := api.New(api.Options{Engine: eng, Gate: g, Log: log, MaxBody: srv.MaxBody, MaxUpload: srv.MaxFile,
 		Audit: trail.api(), Metrics: m, MetricsPublic: cfg.Server.MetricsPublic})
 	mcpServer := mcp.New(mcp.Options{Engine: eng, Gate: g, Log: log, Version: version, Grace: mcpGrace(log),
-		IdleTTL: srv.Sessions.IdleTTL, MaxLifetime: srv.Sessions.MaxLifetime})
+		IdleTTL: srv.Sessions.IdleTTL, MaxLifetime: srv.Sessions.MaxLifetime, OnRefused: handler.RecordRefusal})
 	defer mcpServer.Close()
 	mcpHandler := mcpServer.Handler(0)
 	// inflight counts running handlers: after the grace, their boxes must be gone

@@ -38,19 +38,30 @@ func caller(r *http.Request, p *gate.Principal) engine.Caller {
 // gateRefusal records a request the gate refused: an auth_failure record for 401
 // and 403 (who, from where, what it asked), and a count of every refusal by code.
 func (s *Server) gateRefusal(r *http.Request, e *Error) {
-	switch e.Code {
+	s.recordRefusal(r, e.Status, e.Code, e.Message, audit.FrontEndAPI)
+}
+
+// RecordRefusal records a request another front end on the same server (the MCP
+// endpoint) refused at the gate, as the API records its own: counted by code, and
+// an auth_failure record for 401 and 403.
+func (s *Server) RecordRefusal(r *http.Request, status int, code, message, frontEnd string) {
+	s.recordRefusal(r, status, code, message, frontEnd)
+}
+
+func (s *Server) recordRefusal(r *http.Request, status int, code, message, frontEnd string) {
+	switch code {
 	case CodeUnauthenticated, CodeForbidden, CodeLimitExceeded, CodeRateLimited, CodeQuotaExceeded:
 	default:
 		return
 	}
-	s.metrics.GateRefused(e.Code)
-	if s.audit == nil || (e.Status != http.StatusUnauthorized && e.Status != http.StatusForbidden) {
+	s.metrics.GateRefused(code)
+	if s.audit == nil || (status != http.StatusUnauthorized && status != http.StatusForbidden) {
 		return
 	}
 	rec := &audit.Record{
-		Time: time.Now(), Kind: audit.KindAuthFailure, RequestID: requestID(r), FrontEnd: audit.FrontEndAPI,
-		Remote: r.RemoteAddr, Status: e.Code,
-		Reason: fmt.Sprintf("%s %s: %s", r.Method, routeOf(r), e.Message),
+		Time: time.Now(), Kind: audit.KindAuthFailure, RequestID: requestID(r), FrontEnd: frontEnd,
+		Remote: r.RemoteAddr, Status: code,
+		Reason: fmt.Sprintf("%s %s: %s", r.Method, routeOf(r), message),
 	}
 	if info, ok := r.Context().Value(ctxKey{}).(*reqInfo); ok {
 		if p := info.principal.Load(); p != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/moat-sandbox/moat/internal/audit"
 	"github.com/moat-sandbox/moat/internal/filter"
 	"github.com/moat-sandbox/moat/internal/gate"
 )
@@ -71,6 +72,9 @@ func (s *Server) Handler(sessionTimeout time.Duration) http.Handler {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="moat"`)
 			}
 			msg := strings.TrimPrefix(filter.SanitizeError(err.Error()), "unauthenticated: ")
+			if s.onRefused != nil {
+				s.onRefused(r, status, code, msg, audit.FrontEndMCP)
+			}
 			writeError(w, status, code, msg, after)
 			return
 		}

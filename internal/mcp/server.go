@@ -64,6 +64,9 @@ type Options struct {
 	IdleTTL, MaxLifetime time.Duration
 	// MaxUpload bounds a file_upload (DefaultMaxUpload).
 	MaxUpload int64
+	// OnRefused, when set, is told of each HTTP request the gate refused (status,
+	// error code, message), for the audit trail and the metrics.
+	OnRefused func(r *http.Request, status int, code, message, frontEnd string)
 }
 
 // Defaults of Options and of Handler.
@@ -92,6 +95,7 @@ type Server struct {
 	idleTTL     time.Duration
 	maxLifetime time.Duration
 	maxUpload   int64
+	onRefused   func(r *http.Request, status int, code, message, frontEnd string)
 
 	mu sync.Mutex
 	// +checklocks:mu
@@ -125,7 +129,7 @@ type client struct {
 func New(o Options) *Server {
 	s := &Server{
 		eng: o.Engine, gate: o.Gate, log: o.Log, version: o.Version, grace: o.Grace,
-		idleTTL: o.IdleTTL, maxLifetime: o.MaxLifetime, maxUpload: o.MaxUpload,
+		idleTTL: o.IdleTTL, maxLifetime: o.MaxLifetime, maxUpload: o.MaxUpload, onRefused: o.OnRefused,
 		servers: map[string]*sdk.Server{}, clients: map[*sdk.ServerSession]*client{},
 		creating: map[string]*sync.Mutex{},
 	}
