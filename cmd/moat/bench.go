@@ -55,10 +55,10 @@ const benchNoPandas = "pandas not installed for " + benchPython + " (apt-get ins
 
 // Settings of a run that are not flags.
 const (
-	benchWarmups      = 3 // unmeasured rounds before a latency table
-	benchShortRuns    = 5 // -n of --short
-	benchMinSettle    = 100 * time.Millisecond
-	benchLevelSettle  = time.Second // before each throughput level
+	benchWarmups      = 3                     // unmeasured rounds before a latency table
+	benchShortRuns    = 5                     // -n of --short
+	benchPoolWait     = 60 * time.Second      // for the pool to refill after a pooled run
+	benchTeardown     = 50 * time.Millisecond // then for the used box's teardown
 	benchCallTimeout  = 2 * time.Minute
 	benchMaxErrDetail = 300
 )
@@ -67,10 +67,11 @@ const (
 type benchCase struct {
 	id, name string
 	run      func() error
-	// settle, when set, is how long to wait after each run before the next case:
-	// the warm pool refills meanwhile, off the clock and without competing with
-	// the next case for the CPUs.
-	settle func() time.Duration
+	// after, when set, runs after each successful run, off the clock; measured
+	// says whether the run counted. A pooled case counts its pool hits here and
+	// waits for the pool to refill, so the refill neither competes with the next
+	// case for the CPUs nor leaves it an empty pool.
+	after func(measured bool)
 }
 
 func cmdBench(args []string, stdout, stderr io.Writer) int {
@@ -135,14 +136,14 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	cases, skipped := printCases(self, srv)
 	rep.Latency = measure(ctx, cases, *n, warmups)
 	rep.Latency = append(rep.Latency, skipped...)
-	inferHits(rep.Latency, "api_pool", "api_nopool")
+	srv.poolHits(rep.Latency)
 	ratios(rep.Latency)
 
 	if pandasErr == nil {
 		progress("pandas: %d runs per case", *n)
 		part("pandas")
 		rep.Pandas = measure(ctx, pandasCases(self, srv), *n, 1)
-		inferHits(rep.Pandas, "pandas_preload", "pandas_pool")
+		srv.poolHits(rep.Pandas)
 		ratios(rep.Pandas)
 	} else {
 		for _, c := range pandasCases(self, srv) {
@@ -186,6 +187,9 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 		if m.Error != "" {
 			rep.failed("memory, %s: %s", m.Name, m.Error)
 		}
+	}
+	if srv.countErr != nil {
+		rep.failed("the warm pool's counters: %v", srv.countErr)
 	}
 	if rep.Flood.Error != "" {
 		rep.failed("output flood: %s", rep.Flood.Error)
@@ -296,8 +300,8 @@ func measure(ctx context.Context, cases []benchCase, n, warmups int) []benchRow 
 			if i >= warmups {
 				times[c] = append(times[c], d)
 			}
-			if bc.settle != nil {
-				time.Sleep(bc.settle())
+			if bc.after != nil {
+				bc.after(i >= warmups)
 			}
 		}
 	}

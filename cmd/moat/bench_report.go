@@ -57,10 +57,11 @@ type benchRow struct {
 	P99MS float64 `json:"p99_ms"`
 	// Ratio is P50 over the table's baseline P50.
 	Ratio float64 `json:"ratio"`
-	// PoolHits and PoolMisses are inferred from each run's latency (benchHitRule),
-	// for cases served by the warm pool.
-	PoolHits   *int   `json:"pool_hits,omitempty"`
-	PoolMisses *int   `json:"pool_misses,omitempty"`
+	// PoolHits and PoolMisses are the warm pool's counters over the measured runs
+	// (the server's moat_pool_hits_total and moat_pool_misses_total), for cases
+	// served by the pool.
+	PoolHits   *int64 `json:"pool_hits,omitempty"`
+	PoolMisses *int64 `json:"pool_misses,omitempty"`
 	Skipped    string `json:"skipped,omitempty"`
 	Error      string `json:"error,omitempty"`
 
@@ -77,7 +78,10 @@ type throughputRow struct {
 	PerSecond  float64 `json:"per_second"`
 	P50MS      float64 `json:"p50_ms"`
 	P99MS      float64 `json:"p99_ms"`
-	Error      string  `json:"error,omitempty"` // the first failure
+	// PoolHits and PoolMisses are the warm pool's counters over the level.
+	PoolHits   int64  `json:"pool_hits"`
+	PoolMisses int64  `json:"pool_misses"`
+	Error      string `json:"error,omitempty"` // the first failure
 }
 
 // memoryRow is the memory of the server process or of one kind of warm box
@@ -111,31 +115,12 @@ type floodResult struct {
 	Error      string  `json:"error,omitempty"`
 }
 
-// benchHitRule says how pool hits are told from misses.
-const benchHitRule = "a run counts as a hit when it took less than half the p50 of the same request with the pool off"
-
 // set fills the percentiles from the measured times.
 func (r *benchRow) set(times []time.Duration) {
 	slices.Sort(times)
 	r.times = times
 	r.Runs = len(times)
 	r.P50MS, r.P90MS, r.P99MS = benchMS(pct(times, 50)), benchMS(pct(times, 90)), benchMS(pct(times, 99))
-}
-
-// inferHits counts the runs faster than half of cold's p50 as pool hits.
-func (r *benchRow) inferHits(cold benchRow) {
-	if r.Runs == 0 || cold.Runs == 0 {
-		return
-	}
-	limit := pct(cold.times, 50) / 2
-	hits := 0
-	for _, t := range r.times {
-		if t < limit {
-			hits++
-		}
-	}
-	misses := r.Runs - hits
-	r.PoolHits, r.PoolMisses = &hits, &misses
 }
 
 // ratios sets each row's ratio to the first row's p50.
@@ -190,28 +175,29 @@ func writeBenchReport(w io.Writer, r *benchReport) {
 
 	latencyTable(w, "case", "bare python3", r.Latency)
 	fmt.Fprintf(w, "\nAPI cases run against a `moat serve` started by the bench (pool %s) and one with the pool off, "+
-		"serially; after each warm-pool run the bench waits twice the last pool-off run so the pool refills. "+
-		"Pool hits are inferred from latency: %s (the server does not report its pool to clients).\n\n", r.Pool, benchHitRule)
+		"serially; after each warm-pool run the bench waits until the pool is full again (its /metrics), "+
+		"so every run finds the pool as an idle server has it. Pool hits and misses are the server's own counters.\n\n", r.Pool)
 
 	latencyTable(w, "pandas workload", "bare python3", r.Pandas)
 	fmt.Fprintf(w, "\nThe workload is `%s`; the preloading profile extends default with `preload: [pandas]`, "+
 		"so its pooled interpreters import pandas before code arrives.\n\n", benchPandasCode)
 
-	fmt.Fprintln(w, "| throughput: fresh-box `print(1)`, warm pool | executions | ok | errors | executions/s | p50 | p99 |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| throughput: fresh-box `print(1)`, warm pool | executions | ok | errors | pool hits | executions/s | p50 | p99 |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, t := range r.Throughput {
 		name := fmt.Sprintf("%d concurrent client", t.Clients)
 		if t.Clients > 1 {
 			name += "s"
 		}
 		if t.OK == 0 {
-			fmt.Fprintf(w, "| %s | %d | 0 | %d | – | – | failed: %s |\n", name, t.Executions, t.Errors, t.Error)
+			fmt.Fprintf(w, "| %s | %d | 0 | %d | – | – | – | failed: %s |\n", name, t.Executions, t.Errors, t.Error)
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %d | %.1f | %s | %s |\n", name, t.Executions, t.OK, t.Errors, t.PerSecond, fmtMS(t.P50MS), fmtMS(t.P99MS))
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %d/%d | %.1f | %s | %s |\n", name, t.Executions, t.OK, t.Errors,
+			t.PoolHits, t.PoolHits+t.PoolMisses, t.PerSecond, fmtMS(t.P50MS), fmtMS(t.P99MS))
 	}
-	fmt.Fprintln(w, "\nEach level runs its executions back to back per client, after a pause for the pool to refill; "+
-		"executions/s counts the ok ones over the level's wall time.")
+	fmt.Fprintln(w, "\nEach level starts with the pool full and runs its executions back to back per client; "+
+		"executions/s counts the ok ones over the level's wall time; pool hits are the executions that found a ready box.")
 	fmt.Fprintln(w)
 
 	fmt.Fprintln(w, "| memory | boxes | processes each | RSS | PSS | private | memory cgroup |")
@@ -259,7 +245,7 @@ func latencyTable(w io.Writer, title, base string, rows []benchRow) {
 	for _, r := range rows {
 		name := r.Name
 		if r.PoolHits != nil {
-			name += fmt.Sprintf(" (pool hits %d/%d, inferred)", *r.PoolHits, r.Runs)
+			name += fmt.Sprintf(" (pool hits %d/%d)", *r.PoolHits, *r.PoolHits+*r.PoolMisses)
 		}
 		switch {
 		case r.Skipped != "":

@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -94,16 +97,53 @@ func TestMeasure(t *testing.T) {
 	if rows[0].Ratio != 1 || rows[1].Ratio <= 1 || rows[2].Ratio >= 1 {
 		t.Fatalf("ratios %v %v %v", rows[0].Ratio, rows[1].Ratio, rows[2].Ratio)
 	}
-	inferHits(rows, "fast", "slow")
-	if rows[2].PoolHits == nil || *rows[2].PoolHits != 5 || *rows[2].PoolMisses != 0 {
-		t.Fatalf("fast against slow: hits %v misses %v, want 5 and 0", rows[2].PoolHits, rows[2].PoolMisses)
+}
+
+// TestPoolCounters: a pooled case reads the server's pool metrics after each run
+// and counts the hits and misses of its measured runs only.
+func TestPoolCounters(t *testing.T) {
+	var hits, misses, ready int
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer k" {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		fmt.Fprintf(w, "# HELP moat_pool_hits_total Warm pool.\n# TYPE moat_pool_hits_total counter\nmoat_pool_hits_total %d\n"+
+			"moat_pool_misses_total %d\nmoat_pool_ready %d\nmoat_pool_making 0\nmoat_pool_keys 1\nmoat_pool_hits_total_other 99\n",
+			hits, misses, ready)
+	}))
+	defer ts.Close()
+	s := &benchServers{ctx: context.Background(), pool: &ownServer{url: ts.URL, key: "k"}, hits: map[string]int64{}, misses: map[string]int64{}}
+	n := 0
+	c := s.pooled(benchCase{id: "p", name: "p", run: func() error {
+		n++
+		if n%3 == 0 {
+			misses++
+		} else {
+			hits++
+		}
+		ready = benchPoolSize
+		return nil
+	}})
+	rows := measure(context.Background(), []benchCase{c}, 6, 2)
+	s.poolHits(rows)
+	if s.countErr != nil {
+		t.Fatal(s.countErr)
+	}
+	// Runs 3 and 6 of the 8 missed; runs 1 and 2 were warm-ups.
+	if rows[0].PoolHits == nil || *rows[0].PoolHits != 4 || *rows[0].PoolMisses != 2 {
+		t.Fatalf("hits %v, misses %v; want 4 and 2", rows[0].PoolHits, rows[0].PoolMisses)
+	}
+	s.pool.key = "wrong"
+	if _, err := s.poolState(); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("poolState with a wrong key: %v", err)
 	}
 }
 
 // TestBenchReport: the markdown has every row, failures show in their row, and the
 // JSON has every list even when empty.
 func TestBenchReport(t *testing.T) {
-	hits, misses := 39, 1
+	hits, misses := int64(39), int64(1)
 	rep := &benchReport{Host: "2 CPUs", Runs: 40, Pool: benchPoolDesc,
 		Latency: []benchRow{
 			{ID: "bare", Name: "bare `python3 -c 'print(1)'`", Runs: 40, P50MS: 20, P90MS: 21, P99MS: 25, Ratio: 1},
@@ -111,7 +151,7 @@ func TestBenchReport(t *testing.T) {
 			{ID: "bwrap", Name: "bubblewrap, all namespaces", Skipped: "bwrap not installed"},
 			{ID: "session", Name: "API session execute", Error: "connection refused"},
 		},
-		Throughput: []throughputRow{{Clients: 4, Executions: 160, OK: 160, PerSecond: 30.5, P50MS: 120, P99MS: 300}},
+		Throughput: []throughputRow{{Clients: 4, Executions: 160, OK: 160, PerSecond: 30.5, P50MS: 120, P99MS: 300, PoolHits: 12, PoolMisses: 148}},
 		Memory:     []memoryRow{{ID: "box_python", Name: "warm box, bare Python", Boxes: 2, Procs: 2, RSSMiB: 21.9, PSSMiB: 9.7, PrivateMiB: 7.2}},
 		Policy:     []policyRow{{Name: "shell checker", CostMS: 0.59, Share: 1}},
 		Flood:      floodResult{Status: "output_limit", PeakRSSMiB: 20},
@@ -120,10 +160,10 @@ func TestBenchReport(t *testing.T) {
 	writeBenchReport(&md, rep)
 	for _, want := range []string{
 		"| bare `python3 -c 'print(1)'` | 40 | 20.0 ms | 21.0 ms | 25.0 ms | 1.00× |",
-		"| API execute, warm pool (pool hits 39/40, inferred) | 40 | 2.50 ms | 3.00 ms | 9.00 ms | 0.13× |",
+		"| API execute, warm pool (pool hits 39/40) | 40 | 2.50 ms | 3.00 ms | 9.00 ms | 0.13× |",
 		"| bubblewrap, all namespaces | – | – | – | – | skipped: bwrap not installed |",
 		"| API session execute | – | – | – | – | failed: connection refused |",
-		"| 4 concurrent clients | 160 | 160 | 0 | 30.5 | 120.0 ms | 300.0 ms |",
+		"| 4 concurrent clients | 160 | 160 | 0 | 12/160 | 30.5 | 120.0 ms | 300.0 ms |",
 		"| warm box, bare Python | 2 | 2.0 | 21.9 MiB | 9.7 MiB | 7.2 MiB | – |",
 		"| shell checker | 0.59 ms | 1.0% |",
 		"status output_limit): 20.0 MiB",

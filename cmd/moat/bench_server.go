@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,16 +44,18 @@ type benchServers struct {
 	poolC, nopoolC     *client.Client
 	stopped            bool
 
-	// The last latency of a pool-off execution of print(1), and of a pooled one of
-	// the pandas workload without preloading: about what the pool needs to make a
-	// box of each kind. Written and read by the measuring goroutine only.
-	lastCold, lastPandas time.Duration
+	// The pooled server's pool counters after the last pooled run, and the hits and
+	// misses of each pooled case's measured runs; used by the measuring goroutine
+	// only.
+	last         poolState
+	hits, misses map[string]int64
+	countErr     error // the first failure to read the counters
 }
 
 // startBenchServers starts both servers; failures are kept for the cases. Without
 // pandas, the pool has no profile preloading it.
 func startBenchServers(ctx context.Context, pandas bool, stderr io.Writer, rep *benchReport) *benchServers {
-	s := &benchServers{ctx: ctx, pandas: pandas}
+	s := &benchServers{ctx: ctx, pandas: pandas, hits: map[string]int64{}, misses: map[string]int64{}}
 	s.pool, s.poolErr = startOwnServer(ctx, s.poolOptions(), stderr)
 	if s.poolErr != nil {
 		rep.failed("start the server with the warm pool: %v", s.poolErr)
@@ -102,21 +107,16 @@ func (s *benchServers) stop() {
 
 // printCases are the API's print(1) cases: warm pool, pool off, a session call.
 func (s *benchServers) printCases() []benchCase {
-	pooled := s.executeCase("api_pool", "API execute, warm pool", s.poolC, s.poolErr, "", "print(1)", "1\n")
-	pooled.settle = func() time.Duration { return max(benchMinSettle, 2*s.lastCold) }
+	pooled := s.pooled(s.executeCase("api_pool", "API execute, warm pool", s.poolC, s.poolErr, "", "print(1)", "1\n"))
 	cold := s.executeCase("api_nopool", "API execute, pool off", s.nopoolC, s.nopoolErr, "", "print(1)", "1\n")
-	cold.run = recordLast(&s.lastCold, cold.run)
 	return []benchCase{pooled, cold, s.sessionCase()}
 }
 
 // pandasCases are the API's pandas cases, both served by the warm pool.
 func (s *benchServers) pandasCases() []benchCase {
-	plain := s.executeCase("pandas_pool", "API execute, warm pool, no preload", s.poolC, s.poolErr, "", benchPandasCode, benchPandasOut)
-	plain.run = recordLast(&s.lastPandas, plain.run)
-	plain.settle = func() time.Duration { return max(benchMinSettle, 2*s.lastCold) }
-	pre := s.executeCase("pandas_preload", "API execute, warm pool, profile preloading pandas", s.poolC, s.poolErr,
-		benchPreloadProfile, benchPandasCode, benchPandasOut)
-	pre.settle = func() time.Duration { return max(benchMinSettle, 2*s.lastPandas) }
+	plain := s.pooled(s.executeCase("pandas_pool", "API execute, warm pool, no preload", s.poolC, s.poolErr, "", benchPandasCode, benchPandasOut))
+	pre := s.pooled(s.executeCase("pandas_preload", "API execute, warm pool, profile preloading pandas", s.poolC, s.poolErr,
+		benchPreloadProfile, benchPandasCode, benchPandasOut))
 	return []benchCase{plain, pre}
 }
 
@@ -170,22 +170,100 @@ func failCase(id, name string, err error) benchCase {
 	return benchCase{id: id, name: name, run: func() error { return err }}
 }
 
-// recordLast makes run record its latency in last.
-func recordLast(last *time.Duration, run func() error) func() error {
-	return func() error {
-		t := time.Now()
-		err := run()
-		*last = time.Since(t)
-		return err
+// pooled makes c, a case on the pooled server, count its pool hits and misses and
+// wait after each run until the pool is full again. The counters are read after
+// every run: the pooled cases run one at a time, so the change since the previous
+// read is this run's.
+func (s *benchServers) pooled(c benchCase) benchCase {
+	if s.poolErr != nil {
+		return c
+	}
+	c.after = func(measured bool) {
+		st := s.waitPoolFull()
+		if measured {
+			s.hits[c.id] += st.hits - s.last.hits
+			s.misses[c.id] += st.misses - s.last.misses
+		}
+		s.last = st
+		time.Sleep(benchTeardown) // the used box is destroyed in the background
+	}
+	return c
+}
+
+// poolState is the pooled server's warm pool, from its /metrics.
+type poolState struct{ hits, misses, ready, making, keys int64 }
+
+// poolState reads the pooled server's pool counters.
+func (s *benchServers) poolState() (poolState, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, benchCallTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", s.pool.url+"/metrics", nil)
+	if err != nil {
+		return poolState{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.pool.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return poolState{}, fmt.Errorf("GET /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return poolState{}, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	var st poolState
+	fields := map[string]*int64{"moat_pool_hits_total": &st.hits, "moat_pool_misses_total": &st.misses,
+		"moat_pool_ready": &st.ready, "moat_pool_making": &st.making, "moat_pool_keys": &st.keys}
+	found := 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if p := fields[name]; ok && p != nil {
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				return poolState{}, fmt.Errorf("/metrics: %s %q: %w", name, value, err)
+			}
+			*p = int64(v)
+			found++
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return poolState{}, fmt.Errorf("read /metrics: %w", err)
+	}
+	if found != len(fields) {
+		return poolState{}, fmt.Errorf("/metrics has %d of the %d pool metrics", found, len(fields))
+	}
+	return st, nil
+}
+
+// waitPoolFull waits until the pool holds benchPoolSize ready boxes for each of its
+// keys and makes none (at most benchPoolWait), and returns its state. A failure to
+// read the counters is kept in countErr and returns the last state.
+func (s *benchServers) waitPoolFull() poolState {
+	deadline := time.Now().Add(benchPoolWait)
+	for {
+		st, err := s.poolState()
+		if err != nil {
+			if s.countErr == nil {
+				s.countErr = err
+			}
+			return s.last
+		}
+		if (st.making == 0 && st.ready >= st.keys*benchPoolSize) || time.Now().After(deadline) || s.ctx.Err() != nil {
+			return st
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
-// inferHits sets the pool hits of row id, judged against row coldID.
-func inferHits(rows []benchRow, id, coldID string) {
-	cold := rowByID(rows, coldID)
+// poolHits sets the pool hits and misses of the pooled rows.
+func (s *benchServers) poolHits(rows []benchRow) {
+	if s.countErr != nil {
+		return
+	}
 	for i := range rows {
-		if rows[i].ID == id {
-			rows[i].inferHits(cold)
+		id := rows[i].ID
+		if h, m := s.hits[id], s.misses[id]; rows[i].Runs > 0 && h+m > 0 {
+			rows[i].PoolHits, rows[i].PoolMisses = &h, &m
 		}
 	}
 }
@@ -202,7 +280,7 @@ func (s *benchServers) throughput(levels []int, per int) []throughputRow {
 			rows = append(rows, row)
 			continue
 		}
-		time.Sleep(benchLevelSettle) // the pool refills
+		before := s.waitPoolFull()
 		c := client.New(s.pool.url, s.pool.key, client.WithHTTPClient(&http.Client{Transport: loadTransport(clients)}))
 		var (
 			mu    sync.Mutex
@@ -244,6 +322,12 @@ func (s *benchServers) throughput(levels []int, per int) []throughputRow {
 		}
 		wg.Wait()
 		row.OK, row.Error = len(lat), first
+		after, err := s.poolState()
+		if err == nil {
+			row.PoolHits, row.PoolMisses = after.hits-before.hits, after.misses-before.misses
+		} else if s.countErr == nil {
+			s.countErr = err
+		}
 		slices.Sort(lat)
 		row.P50MS, row.P99MS = benchMS(pct(lat, 50)), benchMS(pct(lat, 99))
 		if row.OK > 0 {
