@@ -27,7 +27,10 @@ Usage:
   moat audit [flags]          the audit trail: who ran what, when, what it cost
   moat audit verify           check the audit trail's hash chain
   moat doctor                 what this host supports and what moat enforces here
-  moat bench [-n N]           measure moat run against bare python3 (markdown table)
+  moat bench [-n N] [--short] [--json]
+                              measure moat against bare python3: cold runs, the API
+                              with and without the warm pool, sessions, preloading,
+                              throughput and memory (markdown tables)
   moat loadtest [flags]       concurrent clients against a server: latency, throughput, cleanup
   moat config check [FILE]    validate a config file; errors carry line numbers
   moat policy check [flags] FILE

@@ -52,8 +52,8 @@ func compiledRunner(log *slog.Logger) []byte {
 			if err == nil {
 				_, werr := tmp.Write(b)
 				cerr := tmp.Close()
-				if werr == nil && cerr == nil {
-					_ = os.Rename(tmp.Name(), file)
+				if werr == nil && cerr == nil && os.Rename(tmp.Name(), file) == nil {
+					pruneRunners(dir, file)
 				} else {
 					_ = os.Remove(tmp.Name())
 				}
@@ -92,3 +92,14 @@ func cacheDir() string {
 // CompiledRunner returns the compiled Python runner the engine's boxes start, or nil
 // when only the source is available; for benchmarks.
 func (e *Engine) CompiledRunner() []byte { return compiledRunner(e.log) }
+
+// pruneRunners removes the compiled runners of other runner versions or interpreters
+// from the cache directory: one is kept, the current one.
+func pruneRunners(dir, keep string) {
+	old, _ := filepath.Glob(filepath.Join(dir, "runner-*.pyc"))
+	for _, f := range old {
+		if f != keep {
+			_ = os.Remove(f)
+		}
+	}
+}
