@@ -83,6 +83,10 @@ func (a *agent) start() error {
 		return err
 	}
 	a.pid = pid
+	// The reaper may be waiting for a child to exist (it found none before this
+	// start, the first one included): wake it, or the interpreter's end goes
+	// unreported and its call waits for its timeout.
+	a.reaped.Broadcast()
 	return nil
 }
 
@@ -128,7 +132,6 @@ func (a *agent) serve(req *agentReq) error {
 		if err := a.start(); err != nil {
 			return a.send(agentMsg{Kind: "fail", Code: failOther, Error: err.Error()})
 		}
-		a.reaped.Broadcast()
 		return a.send(agentMsg{Kind: "started"})
 	case opSignal:
 		// Signal the interpreter's process group: it is a session leader, and what it

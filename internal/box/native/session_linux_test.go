@@ -223,3 +223,20 @@ func TestSessionCloseLeavesNothing(t *testing.T) {
 		t.Fatalf("Err after Close: %v", err)
 	}
 }
+
+// TestSessionInterpreterKilledOnFirstCall: the interpreter's end is noticed however
+// early it comes (the reaper may have found no child yet when the session began).
+func TestSessionInterpreterKilledOnFirstCall(t *testing.T) {
+	for i := 0; i < 5; i++ {
+		s := startBash(t, box.Limits{})
+		start := time.Now()
+		res := call(t, s, "kill -9 $$", 20*time.Second)
+		if res.Status != box.StatusKilled || time.Since(start) > 5*time.Second {
+			t.Fatalf("session %d: %s after %s, want killed at once", i, res.Status, time.Since(start))
+		}
+		if res := call(t, s, "echo again", 5*time.Second); res.Stdout != "again\n" {
+			t.Fatalf("session %d after the kill: %+v", i, res)
+		}
+		_ = s.Close()
+	}
+}
