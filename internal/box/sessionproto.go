@@ -5,8 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
+	"regexp"
 	"strconv"
 )
 
@@ -38,25 +38,42 @@ import (
 
 // SessionLine is a protocol line of the report channel.
 type SessionLine struct {
-	Kind string `json:"kind"` // "ready" or "done"
-	ID   int64  `json:"id"`
-	Exit int    `json:"exit"`
+	Kind string // "ready" or "done"
+	ID   int64
+	Exit int
 }
 
+// doneLine is a done line, exactly as the Python runner and the shell write it.
+var doneLine = regexp.MustCompile(`^\{"kind":"done","id":(0|[1-9][0-9]{0,18}),"exit":(0|[1-9][0-9]{0,2})\}$`)
+
 // ParseSessionLine recognises a "ready" or "done" line; ok is false for anything else
-// (the call's report lines, garbage).
+// (the call's report lines, garbage). It is strict: the line (without its newline;
+// surrounding spaces and a carriage return are ignored) must be exactly what the
+// interpreter writes — {"kind":"ready"}, or {"kind":"done","id":N,"exit":E} with
+// 0 <= N < 2^63 and 0 <= E <= 255 — and at most 64 bytes. The Python runner writes an
+// empty line before a done line (so that a line the code left unterminated cannot
+// swallow it); empty lines are not protocol lines.
 func ParseSessionLine(line []byte) (SessionLine, bool) {
-	if !bytes.HasPrefix(line, []byte(`{"kind":"`)) || len(line) > 256 {
+	line = bytes.TrimSpace(line)
+	if len(line) > 64 {
 		return SessionLine{}, false
 	}
-	var l SessionLine
-	if json.Unmarshal(line, &l) != nil {
+	if bytes.Equal(line, []byte(`{"kind":"ready"}`)) {
+		return SessionLine{Kind: "ready"}, true
+	}
+	m := doneLine.FindSubmatch(line)
+	if m == nil {
 		return SessionLine{}, false
 	}
-	if l.Kind == "ready" || (l.Kind == "done" && l.ID > 0) {
-		return l, true
+	id, err := strconv.ParseInt(string(m[1]), 10, 64)
+	if err != nil {
+		return SessionLine{}, false
 	}
-	return SessionLine{}, false
+	exit, _ := strconv.Atoi(string(m[2])) // at most three digits
+	if exit > 255 {
+		return SessionLine{}, false
+	}
+	return SessionLine{Kind: "done", ID: id, Exit: exit}, true
 }
 
 // NewCallID returns a random call id that JSON carries exactly (below 2^53).

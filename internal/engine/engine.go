@@ -22,13 +22,20 @@ import (
 // pythonRunner makes spec start the Python policy runner with pol: compiled when it
 // can be, from source otherwise, in isolated mode (-I), with the report channel.
 func (e *Engine) pythonRunner(spec *box.Spec, pol python.Policy) {
-	pyc := compiledRunner(e.log)
-	spec.Support = python.Support(pol, pyc)
-	spec.Interpreter = python.Interpreter(python.RunnerPath)
-	if pyc != nil {
-		spec.Interpreter = python.Interpreter(python.CompiledRunnerPath)
-	}
+	var runner string
+	spec.Support, runner = e.runnerFiles(pol)
+	spec.Interpreter = python.Interpreter(runner)
 	spec.Report = true
+}
+
+// runnerFiles returns the support files of a Python box (the policy, and the runner
+// compiled when it can be, else its source) and the runner's path in the box.
+func (e *Engine) runnerFiles(pol python.Policy) ([]box.SupportFile, string) {
+	pyc := compiledRunner(e.log)
+	if pyc == nil {
+		return python.Support(pol, nil), python.RunnerPath
+	}
+	return python.Support(pol, pyc), python.CompiledRunnerPath
 }
 
 // Engine runs executions through the pipeline. Build it with New; it is safe for
@@ -135,11 +142,8 @@ func (e *Engine) Execute(ctx context.Context, req *Request) (res *box.Result, er
 	// box, with the filter on the live streams
 	streams := &streamSet{red: e.redactor}
 	spec.Filter = streams.wrap
-	var pooled box.Session
 	taking := time.Now()
-	if e.pool != nil && poolable(spec) {
-		pooled = e.pool.take(poolKey{lang: lang.Name, profile: name, limits: lim}, e.oneShotSpec(spec, name, prof))
-	}
+	pooled := e.takePooled(lang.Name, name, lim, spec.Env, func() *box.SessionSpec { return e.oneShotSpec(spec, name, prof) })
 	switch {
 	case pooled != nil:
 		took := time.Since(taking)

@@ -108,8 +108,9 @@ func newPool(b box.SessionBackend, opts PoolOptions, log *slog.Logger) *pool {
 }
 
 // take returns a ready box for key, or nil on a miss. Either way it keeps the key
-// warm: spec says how to make its boxes. The caller owns the box and must close it.
-func (p *pool) take(key poolKey, spec *box.SessionSpec) box.Session {
+// warm: spec makes the spec of its boxes, called only for a key the pool does not
+// hold yet. The caller owns the box and must close it.
+func (p *pool) take(key poolKey, spec func() *box.SessionSpec) box.Session {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -121,7 +122,7 @@ func (p *pool) take(key poolKey, spec *box.SessionSpec) box.Session {
 			p.misses++
 			return nil
 		}
-		e = &poolEntry{spec: spec}
+		e = &poolEntry{spec: spec()}
 		p.keys[key] = e
 	}
 	e.lastUsed = time.Now()
@@ -324,7 +325,14 @@ func (p *pool) warm(key poolKey, spec *box.SessionSpec) {
 	p.refillLocked(key, e)
 }
 
-// poolable says whether a one-shot execution can take a pooled box.
-func poolable(spec *box.Spec) bool {
-	return spec.Language == "python" && len(spec.Env) == 0
+// takePooled returns a ready box of the warm pool for an execution or a session of
+// lang under profile with lim, or nil when there is no pool, none is ready, or the
+// box could not be a pooled one: only Python is pooled, and a box with its own
+// environment variables is made for its caller. spec makes the spec of the key's
+// boxes (only for a key the pool does not hold yet).
+func (e *Engine) takePooled(lang, profile string, lim box.Limits, env []string, spec func() *box.SessionSpec) box.Session {
+	if e.pool == nil || lang != "python" || len(env) > 0 {
+		return nil
+	}
+	return e.pool.take(poolKey{lang: lang, profile: profile, limits: lim}, spec)
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/audit"
@@ -159,10 +158,7 @@ func (e *Engine) CreateSession(ctx context.Context, req *SessionRequest) (_ Sess
 	}
 	// A box from the warm pool serves a session as well as an execution: it has
 	// never run code, and it is destroyed with the session.
-	var sb box.Session
-	if e.pool != nil && lang.Name == "python" && len(req.Env) == 0 {
-		sb = e.pool.take(poolKey{lang: lang.Name, profile: name, limits: lim}, spec)
-	}
+	sb := e.takePooled(lang.Name, name, lim, req.Env, func() *box.SessionSpec { return spec })
 	if sb == nil {
 		if sb, err = e.backend.(box.SessionBackend).StartSession(ctx, spec); err != nil {
 			slot.Cancel()
@@ -419,15 +415,7 @@ func runOneShot(ctx context.Context, s box.Session, spec *box.Spec, outputs []st
 // pythonSession makes a session spec start the Python policy runner in session mode,
 // importing the profile's preload modules before it says it is ready.
 func (e *Engine) pythonSession(ss *box.SessionSpec, pol python.Policy, preload []string) {
-	pyc := compiledRunner(e.log)
-	ss.Support = python.Support(pol, pyc)
-	runner := python.RunnerPath
-	if pyc != nil {
-		runner = python.CompiledRunnerPath
-	}
-	ss.Interpreter = python.Interpreter(runner)
-	if len(preload) > 0 {
-		ss.Interpreter = append(ss.Interpreter, "--preload="+strings.Join(preload, ","))
-	}
-	ss.Interpreter = append(ss.Interpreter, "--session")
+	var runner string
+	ss.Support, runner = e.runnerFiles(pol)
+	ss.Interpreter = python.SessionInterpreter(runner, preload...)
 }

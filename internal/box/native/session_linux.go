@@ -480,11 +480,9 @@ func earliest(a, b time.Time) time.Time {
 
 // restart starts a new interpreter after the last one ended.
 func (s *session) restart(ctx context.Context) error {
-	m, err := s.op(agentReq{Op: opStart}, "started")
-	if err != nil {
+	if _, err := s.op(agentReq{Op: opStart}, "started"); err != nil {
 		return err
 	}
-	_ = m
 	s.interpDead, s.exited = false, nil
 	// What is left in the pipes belongs to the ended interpreter.
 	s.readInto(s.outFD, io.Discard, nil)

@@ -38,7 +38,7 @@
 //	 |  --- {"id":N,"bytes":L}\n, L bytes -------> | fd 4: a header, then the code
 //	 |                                             | static check; runs in its __main__
 //	 |  <-- violation, result, display lines ----- | the call's report (ParseReport)
-//	 |  <-- \n{"kind":"done","id":N,"exit":E} ---- | the call's end (ParseDone)
+//	 |  <-- \n{"kind":"done","id":N,"exit":E} ---- | the call's end (box.ParseSessionLine)
 //	 |  ...                                        |
 //	 |  --- close fd 4 --------------------------> | exits 0
 //
@@ -54,7 +54,7 @@
 // SIGINT outside a call (while the runner waits for a request or writes a report) is
 // ignored. Before its done line, a call's output on stdout and stderr is flushed, and
 // its figures are reported as displays and closed. Lines can be up to MaxReportLine
-// bytes long (a display); IsReady recognises the ready line.
+// bytes long (a display); box.ParseSessionLine recognises the ready and done lines.
 //
 // Compile the runner once per interpreter with CompileRunner: Python compiles a
 // script on every start, and the runner's 1,500 lines cost 12-20 ms; compiled, the

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"regexp"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -124,46 +122,4 @@ func cut(s string, n int) string {
 		s = s[:len(s)-1]
 	}
 	return strings.TrimSpace(s) + "..."
-}
-
-// doneLine is the runner's done line, exactly as it writes it.
-var doneLine = regexp.MustCompile(`^\{"kind":"done","id":(0|[1-9][0-9]{0,18}),"exit":(0|[1-9][0-9]{0,2})\}$`)
-
-// ParseDone recognises a session's done line, {"kind":"done","id":N,"exit":E}, which
-// ends the report of call N (the lines before it are the call's report, for
-// ParseReport). It is strict: the line (without its newline; surrounding spaces and
-// a carriage return are ignored) must be exactly what the runner writes, with
-// 0 <= N < 2^63 and 0 <= E <= 255, and at most 64 bytes. The runner writes an empty
-// line just before a done line (so that a line the code left unterminated cannot
-// swallow it); skip empty lines.
-//
-// The code can write to the report channel too: a host should give each call a
-// random id (box.NewCallID) and wait for the done line with that id, so that a line
-// the code forges without reading the interpreter's memory matches no call.
-func ParseDone(line []byte) (id int64, exit int, ok bool) {
-	line = bytes.TrimSpace(line)
-	if len(line) > 64 {
-		return 0, 0, false
-	}
-	m := doneLine.FindSubmatch(line)
-	if m == nil {
-		return 0, 0, false
-	}
-	id, err := strconv.ParseInt(string(m[1]), 10, 64)
-	if err != nil {
-		return 0, 0, false
-	}
-	exit, err = strconv.Atoi(string(m[2]))
-	if err != nil || exit > 255 {
-		return 0, 0, false
-	}
-	return id, exit, true
-}
-
-// IsReady recognises the line {"kind":"ready"}, the first line a session's runner
-// writes, once its audit hook is installed and before it reads a request. The code
-// runs only later, so a host should take only the first line of the channel as the
-// ready line.
-func IsReady(line []byte) bool {
-	return bytes.Equal(bytes.TrimSpace(line), []byte(`{"kind":"ready"}`))
 }

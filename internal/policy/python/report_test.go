@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"image"
 	"image/png"
-	"math"
 	"strings"
 	"testing"
 
@@ -127,74 +126,4 @@ func TestParseReportDisplay(t *testing.T) {
 	if r := ParseReport([]byte(line("image/png", good))); r.Display[0].Data != good {
 		t.Errorf("display data changed")
 	}
-}
-
-func TestParseDone(t *testing.T) {
-	for _, tc := range []struct {
-		line string
-		id   int64
-		exit int
-		ok   bool
-	}{
-		{`{"kind":"done","id":42,"exit":0}`, 42, 0, true},
-		{`{"kind":"done","id":0,"exit":255}`, 0, 255, true},
-		{" {\"kind\":\"done\",\"id\":7,\"exit\":130}\r", 7, 130, true},
-		{`{"kind":"done","id":9223372036854775807,"exit":1}`, math.MaxInt64, 1, true},
-		{`{"kind":"done","id":9223372036854775808,"exit":1}`, 0, 0, false},
-		{`{"kind":"done","id":1,"exit":256}`, 0, 0, false},
-		{`{"kind":"done","id":-1,"exit":0}`, 0, 0, false},
-		{`{"kind":"done","id":1,"exit":-1}`, 0, 0, false},
-		{`{"kind":"done","id":1.5,"exit":0}`, 0, 0, false},
-		{`{"kind":"done", "id":1,"exit":0}`, 0, 0, false},
-		{`{"kind":"done","exit":0,"id":1}`, 0, 0, false},
-		{`{"kind":"done","id":1,"exit":0,"more":1}`, 0, 0, false},
-		{`{"kind":"done","id":1,"exit":0}}`, 0, 0, false},
-		{`x{"kind":"done","id":1,"exit":0}`, 0, 0, false},
-		{`{"kind":"done","id":1}`, 0, 0, false},
-		{`{"kind":"done","id":01,"exit":0}`, 0, 0, false},
-		{`{"kind":"done","id":1,"exit":00}`, 0, 0, false},
-		{`{"kind":"ready"}`, 0, 0, false},
-		{``, 0, 0, false},
-		{`{"kind":"done","id":1,"exit":0}` + strings.Repeat(" ", 100), 1, 0, true},
-		{strings.Repeat(" ", 100) + `{"kind":"done","id":1,"exit":0}`, 1, 0, true},
-	} {
-		id, exit, ok := ParseDone([]byte(tc.line))
-		if id != tc.id || exit != tc.exit || ok != tc.ok {
-			t.Errorf("ParseDone(%q) = %d, %d, %v; want %d, %d, %v", tc.line, id, exit, ok, tc.id, tc.exit, tc.ok)
-		}
-	}
-}
-
-func TestIsReady(t *testing.T) {
-	for line, want := range map[string]bool{
-		`{"kind":"ready"}`:          true,
-		"{\"kind\":\"ready\"}\r":    true,
-		`{"kind": "ready"}`:         false,
-		`{"kind":"ready","id":1}`:   false,
-		`{"kind":"done"}`:           false,
-		`{"kind":"ready"}{"x":1}`:   false,
-		``:                          false,
-		`{"kind":"ready"}` + "\x00": false,
-	} {
-		if IsReady([]byte(line)) != want {
-			t.Errorf("IsReady(%q) = %v, want %v", line, !want, want)
-		}
-	}
-}
-
-func FuzzParseDone(f *testing.F) {
-	f.Add([]byte(`{"kind":"done","id":42,"exit":0}`))
-	f.Add([]byte(`{"kind":"done","id":99999999999999999999,"exit":999}`))
-	f.Fuzz(func(t *testing.T, line []byte) {
-		id, exit, ok := ParseDone(line)
-		if !ok {
-			return
-		}
-		if id < 0 || exit < 0 || exit > 255 {
-			t.Fatalf("id %d exit %d", id, exit)
-		}
-		if want := fmt.Sprintf(`{"kind":"done","id":%d,"exit":%d}`, id, exit); string(bytes.TrimSpace(line)) != want {
-			t.Fatalf("accepted %q, which is not %q", line, want)
-		}
-	})
 }

@@ -6,6 +6,7 @@ import (
 	_ "embed" // Runner
 	"fmt"
 	"os/exec"
+	"strings"
 
 	"github.com/moat-sandbox/moat/internal/box"
 )
@@ -47,9 +48,15 @@ func Interpreter(runner string) []string {
 
 // SessionInterpreter returns the argv that starts the runner at runner in session
 // mode: no code path; requests come on fd 4 and each call ends with a done line on
-// the report channel (see ParseDone and the Session section of runner.py's docstring).
-func SessionInterpreter(runner string) []string {
-	return append(Interpreter(runner), "--session")
+// the report channel (see box.ParseSessionLine and the Session section of runner.py's
+// docstring). The preload modules, when there are any, are imported before the
+// runner says it is ready.
+func SessionInterpreter(runner string, preload ...string) []string {
+	argv := Interpreter(runner)
+	if len(preload) > 0 {
+		argv = append(argv, "--preload="+strings.Join(preload, ","))
+	}
+	return append(argv, "--session")
 }
 
 // Support returns the files the engine places under /.moat for a Python run: the

@@ -107,7 +107,7 @@ func startSession(t *testing.T, p Policy, source bool) *testSession {
 		s.rep.Close()
 	})
 	line, err := s.readLine()
-	if err != nil || !IsReady(line) {
+	if l, ok := box.ParseSessionLine(line); err != nil || !ok || l.Kind != "ready" {
 		t.Fatalf("want the ready line first, got %q (%v)\nstderr:\n%s", line, err, s.read(s.stderr, &s.errOff))
 	}
 	return s
@@ -153,11 +153,11 @@ func (s *testSession) wait(id int64) callResult {
 	c := callResult{Exit: -1}
 	for {
 		line, err := s.readLine()
-		if did, exit, ok := ParseDone(line); ok {
-			if did != id {
-				s.t.Fatalf("done line for call %d, want %d", did, id)
+		if l, ok := box.ParseSessionLine(line); ok && l.Kind == "done" {
+			if l.ID != id {
+				s.t.Fatalf("done line for call %d, want %d", l.ID, id)
 			}
-			c.Exit = exit
+			c.Exit = l.Exit
 			break
 		}
 		raw = append(append(raw, line...), '\n')
