@@ -28,8 +28,10 @@ type Spec struct {
 	Files []File
 	// Limits bound what the box may use; zero fields take DefaultLimits.
 	Limits Limits
-	// Network is the network mode; only "none" exists for now.
+	// Network is the network mode: NetworkNone (also when empty) or NetworkEgress.
 	Network string
+	// Egress serves the box's proxy and DNS sockets when Network is NetworkEgress.
+	Egress Egress
 	// Stdout and Stderr, when set, receive the code's output live (after the filter,
 	// up to the output cap).
 	Stdout, Stderr io.Writer

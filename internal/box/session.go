@@ -24,8 +24,11 @@ type SessionSpec struct {
 	Env []string
 	// Limits bound the whole box; Limits.Timeout is the default per-call timeout.
 	Limits Limits
-	// Network is the network mode; only "none" exists for now.
+	// Network is the network mode: NetworkNone (also when empty) or NetworkEgress.
 	Network string
+	// Egress serves the box's proxy and DNS sockets when Network is NetworkEgress,
+	// for the whole life of the session.
+	Egress Egress
 	// Interpreter, when set, replaces the language's session interpreter: for Python,
 	// the policy runner in session mode (SessionProtocol).
 	Interpreter []string

@@ -49,6 +49,8 @@ type execSpec struct {
 	AddressSpace int64 `json:"address_space"`
 	// Request says fd fdExecRequest is a session's request pipe, for the code's fd 4.
 	Request bool `json:"request"`
+	// Connect lists the loopback TCP ports the code may connect to (Landlock).
+	Connect []uint16 `json:"connect"`
 }
 
 func stage2Files(stdin, report, spec, errw, request uintptr) []uintptr {
@@ -145,7 +147,7 @@ func runExec() int {
 	if len(es.Argv) == 0 {
 		return fail(errors.New("empty argv"))
 	}
-	if _, err := confine(&initSpec{Seccomp: es.Seccomp}, true); err != nil {
+	if _, err := confine(&initSpec{Seccomp: es.Seccomp}, true, es.Connect); err != nil {
 		return fail(err)
 	}
 	first := uint(fdExecSpec) // the request pipe, when there is one, is fd 4 now: kept

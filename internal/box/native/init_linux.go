@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/childproc"
 	"github.com/moat-sandbox/moat/internal/linux/caps"
 	"github.com/moat-sandbox/moat/internal/linux/landlock"
@@ -39,6 +40,7 @@ const (
 	StepPivot    = "pivot-root"
 	StepHostname = "hostname"
 	StepNetwork  = "loopback"
+	StepEgress   = "egress-sockets"
 	StepCgroupNS = "cgroup-namespace"
 	StepRlimits  = "rlimits"
 	StepCaps     = "capabilities"
@@ -134,6 +136,11 @@ func setup(s *initSpec, sync *os.File) (landlockABI int, err error) {
 	if err := loopbackUp(); err != nil {
 		return 0, stepErr(StepNetwork, err)
 	}
+	if s.EgressFD != 0 {
+		if err := sendEgressSockets(s.EgressFD); err != nil {
+			return 0, stepErr(StepEgress, err)
+		}
+	}
 	s.lap("hostname+lo")
 	if err := awaitGo(sync); err != nil {
 		return 0, stepErr(StepAwaitGo, err)
@@ -155,7 +162,16 @@ func setup(s *initSpec, sync *os.File) (landlockABI int, err error) {
 		// would forbid: the second stage (exec_linux.go) confines itself instead.
 		return landlock.ABI(), nil
 	}
-	return confine(s, false)
+	return confine(s, false, s.connectPorts())
+}
+
+// connectPorts are the TCP ports of the box's loopback the code may connect to
+// (Landlock): the egress proxy's, when the box has one.
+func (s *initSpec) connectPorts() []uint16 {
+	if s.EgressFD != 0 {
+		return []uint16{box.EgressProxyPort}
+	}
+	return nil
 }
 
 // confine applies, in order, the protections that need no further privilege from the
@@ -163,7 +179,7 @@ func setup(s *initSpec, sync *os.File) (landlockABI int, err error) {
 // no_new_privs, Landlock (which needs no_new_privs) and seccomp (last: it forbids
 // what the earlier steps use). Every process the caller forks inherits them.
 // Preconditions: must be called with the OS thread locked.
-func confine(s *initSpec, dropAll bool) (landlockABI int, err error) {
+func confine(s *initSpec, dropAll bool, connect []uint16) (landlockABI int, err error) {
 	if err := caps.DropBounding(); err != nil {
 		return 0, stepErr(StepCaps, err)
 	}
@@ -176,7 +192,7 @@ func confine(s *initSpec, dropAll bool) (landlockABI int, err error) {
 		return 0, stepErr(StepNNP, err)
 	}
 	s.lap("caps+nnp")
-	abi, err := landlock.Restrict(writableDirs, devicePaths())
+	abi, err := landlock.Restrict(writableDirs, devicePaths(), connect...)
 	if err != nil {
 		return 0, stepErr(StepLandlock, err)
 	}
@@ -379,7 +395,7 @@ func startCode(s *initSpec, argv []string) (int, error) {
 	}
 	var pid int
 	if s.Rootless {
-		pid, err = startStage2(stdin, report, request, execSpec{Argv: argv, Env: s.Env, Seccomp: s.Seccomp, Pids: s.Pids, AddressSpace: s.AddressSpace, Request: request != 0})
+		pid, err = startStage2(stdin, report, request, execSpec{Argv: argv, Env: s.Env, Seccomp: s.Seccomp, Pids: s.Pids, AddressSpace: s.AddressSpace, Request: request != 0, Connect: s.connectPorts()})
 	} else {
 		files := []uintptr{stdin, 1, 2}
 		if s.ReportFD != 0 || request != 0 {

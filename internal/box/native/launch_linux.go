@@ -24,6 +24,8 @@ type launchSpec struct {
 	// request makes a request pipe for a session's interpreter: the parent writes,
 	// the interpreter reads it as fd 4 (or as stdin, init.RequestOnStdin).
 	request bool
+	// egress, when set, serves the box's proxy and DNS sockets (egress_linux.go).
+	egress box.Egress
 }
 
 // boxProc is a started box: init runs in its namespaces, waiting for the spec. The
@@ -39,6 +41,8 @@ type boxProc struct {
 	stdoutR, stderrR, reportR, requestW *os.File
 	// warnings are the protections weakened for this box.
 	warnings []string
+	// egress serves the box's way out, if it has one; release closes it.
+	egress box.Egress
 
 	is      *initSpec
 	filterc <-chan filterResult
@@ -124,6 +128,17 @@ func (b *Backend) launch(ls launchSpec, tr *phaseTrace) (_ *boxProc, err error) 
 		is.ReportFD = fdSync + len(extra) // ExtraFiles[i] is fd 3+i in init
 		extra = append(extra, w)
 	}
+	var egressSock *os.File
+	if ls.egress != nil {
+		parent, child, err := socketpair()
+		if err != nil {
+			return nil, err
+		}
+		egressSock, bp.egress = parent, ls.egress
+		childEnds = append(childEnds, child)
+		is.EgressFD = fdSync + len(extra)
+		extra = append(extra, child)
+	}
 	if ls.request {
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -153,9 +168,19 @@ func (b *Backend) launch(ls launchSpec, tr *phaseTrace) (_ *boxProc, err error) 
 	}
 	tr.mark("prepare")
 	if err := cmd.Start(); err != nil {
+		if egressSock != nil {
+			egressSock.Close()
+		}
 		return nil, startError(err, rootless)
 	}
 	bp.cmd = cmd
+	if egressSock != nil {
+		go func() {
+			if err := receiveEgress(egressSock, ls.egress); err != nil {
+				b.log().Debug("box egress not served", "err", err) // init's own report says why
+			}
+		}()
+	}
 	tr.mark("start")
 	return bp, nil
 }
@@ -205,6 +230,9 @@ func (bp *boxProc) release(log *slog.Logger, tr *phaseTrace) {
 			f.Close()
 		}
 	}
+	if bp.egress != nil {
+		bp.egress.Close()
+	}
 	if bp.cg != nil {
 		if err := bp.cg.Destroy(); err != nil {
 			log.Error("destroy cgroup", "err", err)
@@ -213,9 +241,3 @@ func (bp *boxProc) release(log *slog.Logger, tr *phaseTrace) {
 	}
 }
 
-func checkNetwork(mode string) error {
-	if mode != "" && mode != "none" {
-		return fmt.Errorf("network mode %q is not supported by the native backend (only none)", mode)
-	}
-	return nil
-}

@@ -58,7 +58,7 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 	if err != nil {
 		return nil, err
 	}
-	if err := checkNetwork(spec.Network); err != nil {
+	if err := box.CheckNetwork(spec.Network, spec.Egress); err != nil {
 		return nil, err
 	}
 	lim := spec.Limits.WithDefaults()
@@ -81,6 +81,7 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 		limits: lim,
 		files:  spec.Files,
 		report: spec.Report,
+		egress: spec.Egress,
 	}, tr)
 	if err != nil {
 		return nil, err

@@ -51,6 +51,10 @@ type initSpec struct {
 	// interpreter reads it as fd 4, or as its stdin with RequestOnStdin.
 	RequestFD      int  `json:"request_fd"`
 	RequestOnStdin bool `json:"request_on_stdin"`
+	// EgressFD, when non-zero, is init's end of the socket pair on which it sends the
+	// box's egress sockets (egress_linux.go); the box's resolv.conf then names the
+	// box's own DNS socket and Landlock lets the code connect to the proxy's port.
+	EgressFD int `json:"egress_fd"`
 
 	laps []string
 	last time.Time

@@ -63,7 +63,7 @@ func mountRootfs(s *initSpec) error {
 			return err
 		}
 	}
-	if err := makeEtc(); err != nil {
+	if err := makeEtc(s.EgressFD != 0); err != nil {
 		return err
 	}
 	if err := makeDev(s); err != nil {
@@ -155,18 +155,25 @@ func setattr(path string, attrs uint64) error {
 	return mount("", path, "", flags, "")
 }
 
-func makeEtc() error {
+// makeEtc writes the box's /etc. With egress, names resolve through the box's own
+// DNS socket, which the egress proxy answers.
+func makeEtc(egress bool) error {
 	etc := stage + "/etc"
 	if err := os.Mkdir(etc, 0o755); err != nil {
 		return err
+	}
+	resolv, nss := "", "passwd: files\ngroup: files\nhosts: files\n"
+	if egress {
+		resolv = "nameserver 127.0.0.1\noptions timeout:2 attempts:1\n"
+		nss = "passwd: files\ngroup: files\nhosts: files dns\n"
 	}
 	for name, content := range map[string]string{
 		"passwd":        passwd,
 		"group":         group,
 		"hosts":         hosts,
 		"hostname":      "moat\n",
-		"resolv.conf":   "",
-		"nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+		"resolv.conf":   resolv,
+		"nsswitch.conf": nss,
 	} {
 		if err := os.WriteFile(etc+"/"+name, []byte(content), 0o644); err != nil {
 			return err

@@ -34,7 +34,7 @@ func (b *Backend) StartSession(ctx context.Context, spec *box.SessionSpec) (box.
 	if err != nil {
 		return nil, err
 	}
-	if err := checkNetwork(spec.Network); err != nil {
+	if err := box.CheckNetwork(spec.Network, spec.Egress); err != nil {
 		return nil, err
 	}
 	argv, onStdin, err := box.SessionArgv(lang.Name)
@@ -60,6 +60,7 @@ func (b *Backend) StartSession(ctx context.Context, spec *box.SessionSpec) (box.
 		limits:  lim,
 		report:  true,
 		request: true,
+		egress:  spec.Egress,
 	}, tr)
 	if err != nil {
 		return nil, err

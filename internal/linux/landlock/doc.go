@@ -37,8 +37,10 @@
 //     to the whole tree beneath the directory.
 //   - Each devRW file gets write_file and truncate (read and execute it
 //     has from "/"): it can be opened for writing, nothing else.
-//   - Network (V4+): bind_tcp and connect_tcp are handled with no port
-//     rule, so every TCP bind(2) and connect(2) fails with EACCES.
+//   - Network (V4+): bind_tcp and connect_tcp are handled with no bind
+//     rule, so every TCP bind(2) fails with EACCES, and connect(2) too but
+//     to the ports the caller names (a box's egress proxy on its own
+//     loopback: the network namespace decides which addresses exist).
 //   - Scopes (V6+): signals (kill, tgkill, fcntl F_SETOWN) to processes
 //     outside the domain fail with EPERM, as does connecting or sending
 //     to an abstract UNIX socket bound outside the domain. Processes

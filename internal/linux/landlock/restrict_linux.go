@@ -62,7 +62,7 @@ func ABI() int {
 //   - everything under "/" may be read and executed (read-only),
 //   - only the directories in rw (e.g. "/tmp", "/workspace", "/dev/shm") may be written (create, remove, write, truncate...),
 //   - the device files in devRW (e.g. "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom") may be opened for writing,
-//   - where ABI >= 4: all TCP bind and connect is denied,
+//   - where ABI >= 4: all TCP bind is denied, and connect too but to the ports in connect,
 //   - where ABI >= 6: abstract unix sockets and signals are scoped to the domain (no signalling or connecting outside it),
 //
 // in best-effort mode (features the kernel lacks are skipped). It returns the ABI it enforced
@@ -82,7 +82,7 @@ func ABI() int {
 // is opened, so descriptors opened earlier keep their rights.
 //
 // The returned ABI is at most 7 (see the package documentation).
-func Restrict(rw, devRW []string) (abi int, err error) {
+func Restrict(rw, devRW []string, connect ...uint16) (abi int, err error) {
 	if err := checkPaths(rw, devRW); err != nil {
 		return 0, err
 	}
@@ -102,11 +102,15 @@ func Restrict(rw, devRW []string) (abi int, err error) {
 	// Handling the TCP rights (V4) without any BindTCP/ConnectTCP rule
 	// denies every TCP bind and connect. The preset's scopes (V6) need
 	// no rules.
-	err = config.BestEffort().Restrict(
+	rules := []landlock.Rule{
 		landlock.RODirs("/"),
 		landlock.PathAccess(rwAccess, rw...),
 		landlock.RWFiles(devRW...),
-	)
+	}
+	for _, port := range connect {
+		rules = append(rules, landlock.ConnectTCP(port))
+	}
+	err = config.BestEffort().Restrict(rules...)
 	if err != nil {
 		return 0, fmt.Errorf("landlock restrict (abi %d): %w", abi, err)
 	}
