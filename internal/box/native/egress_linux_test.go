@@ -154,5 +154,3 @@ print(repr(open("/etc/resolv.conf").read()))
 		t.Fatal("egress mode without an Egress was accepted")
 	}
 }
-
-

@@ -240,4 +240,3 @@ func (bp *boxProc) release(log *slog.Logger, tr *phaseTrace) {
 		tr.mark("destroy")
 	}
 }
-
