@@ -164,9 +164,9 @@ type Box struct {
 	wg     sync.WaitGroup
 
 	mu     sync.Mutex
-	closed bool                  // +checklocks:mu
+	closed bool                   // +checklocks:mu
 	conns  map[io.Closer]struct{} // +checklocks:mu; every live connection, both sides
-	cut    string                // +checklocks:mu; why the byte limits closed everything
+	cut    string                 // +checklocks:mu; why the byte limits closed everything
 
 	evMu sync.Mutex // serializes calls of ev
 
