@@ -147,9 +147,13 @@ func (b *Box) checkedUp(c net.Conn, br *bufio.Reader, up net.Conn, host string) 
 // CONNECT and the other one in TLS. Without interception, fronting inside the
 // TLS session (an inner Host header) cannot be seen; the big CDNs refuse it.
 func (b *Box) checkHello(c net.Conn, br *bufio.Reader, host string) (raw []byte, refusal string) {
-	c.SetReadDeadline(time.Now().Add(helloTimeout))
+	c.SetReadDeadline(time.Now().Add(b.p.helloTimeout))
 	defer c.SetReadDeadline(time.Time{})
 	name, raw, err := readClientHello(br)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return nil, fmt.Sprintf("no complete TLS ClientHello within %s", b.p.helloTimeout)
+	}
 	if err != nil {
 		return nil, "no valid TLS ClientHello: " + err.Error()
 	}
@@ -193,7 +197,7 @@ func readClientHello(r io.Reader) (serverName string, raw []byte, err error) {
 		}
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return "", nil, fmt.Errorf("not complete within %s", helloTimeout)
+			return "", nil, err
 		}
 		return "", nil, errors.New("malformed")
 	}
@@ -257,7 +261,7 @@ func (b *Box) intercept(c net.Conn, br *bufio.Reader, raw net.Conn, host string,
 		MinVersion:   tls.VersionTLS12,
 	})
 	defer tc.Close()
-	ctx, cancel := context.WithTimeout(b.ctx, helloTimeout)
+	ctx, cancel := context.WithTimeout(b.ctx, b.p.helloTimeout)
 	err = tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
@@ -272,7 +276,7 @@ func (b *Box) intercept(c net.Conn, br *bufio.Reader, raw net.Conn, host string,
 		NextProtos: []string{"http/1.1"},
 		MinVersion: tls.VersionTLS12,
 	})
-	ctx, cancel = context.WithTimeout(b.ctx, helloTimeout)
+	ctx, cancel = context.WithTimeout(b.ctx, b.p.helloTimeout)
 	err = uc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
@@ -283,7 +287,7 @@ func (b *Box) intercept(c net.Conn, br *bufio.Reader, raw net.Conn, host string,
 	u := newUpstream(uc)
 	tbr := bufio.NewReaderSize(tc, maxHeaderBytes)
 	for {
-		tc.SetReadDeadline(time.Now().Add(idleTimeout))
+		tc.SetReadDeadline(time.Now().Add(b.p.idleTimeout))
 		req, hostHdr, err := readRequest(tbr)
 		if err != nil {
 			b.badRequest(tc, err)

@@ -23,7 +23,7 @@ import (
 func (b *Box) serveClient(c net.Conn) {
 	br := bufio.NewReaderSize(c, maxHeaderBytes)
 	for {
-		c.SetReadDeadline(time.Now().Add(idleTimeout))
+		c.SetReadDeadline(time.Now().Add(b.p.idleTimeout))
 		req, hostHdr, err := readRequest(br)
 		if err != nil {
 			b.badRequest(c, err)
@@ -46,7 +46,7 @@ func (b *Box) badRequest(c net.Conn, err error) {
 	switch {
 	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, io.ErrUnexpectedEOF):
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		writeError(c, http.StatusRequestTimeout, "moat: no complete request header within "+idleTimeout.String()+"\n")
+		writeError(c, http.StatusRequestTimeout, "moat: no complete request header within "+b.p.idleTimeout.String()+"\n")
 	case errors.Is(err, errHeaderTooLarge):
 		writeError(c, http.StatusRequestHeaderFieldsTooLarge,
 			fmt.Sprintf("moat: request header larger than %d bytes\n", maxHeaderBytes))

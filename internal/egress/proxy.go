@@ -76,6 +76,10 @@ type Proxy struct {
 	ca      *CA
 	roots   *x509.CertPool
 	log     *slog.Logger
+
+	// idleTimeout and helloTimeout are the constants of the same names; tests
+	// shorten them.
+	idleTimeout, helloTimeout time.Duration
 }
 
 // New returns a Proxy with the given options.
@@ -86,6 +90,9 @@ func New(opts Options) *Proxy {
 		ca:      opts.CA,
 		roots:   opts.UpstreamRoots,
 		log:     opts.Log,
+
+		idleTimeout:  idleTimeout,
+		helloTimeout: helloTimeout,
 	}
 	if p.resolve == nil {
 		p.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {

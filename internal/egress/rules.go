@@ -308,7 +308,7 @@ var refusedRanges = []prefixRange{
 
 	{netip.MustParsePrefix("::/128"), "unspecified"},
 	{netip.MustParsePrefix("::1/128"), "loopback"},
-	{netip.MustParsePrefix("::/8"), "reserved"}, // IPv4-compatible and other legacy forms
+	{netip.MustParsePrefix("::/96"), "reserved"}, // IPv4-compatible, deprecated
 	{netip.MustParsePrefix("64:ff9b:1::/48"), "private (local-use NAT64)"},
 	{netip.MustParsePrefix("100::/64"), "reserved (discard-only)"},
 	{netip.MustParsePrefix("2001:db8::/32"), "documentation"},
