@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -216,6 +217,7 @@ func (k testPKI) tlsServer(t testing.TB, name string, h http.Handler) *httptest.
 		t.Fatal(err)
 	}
 	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are expected
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{*cert}}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)

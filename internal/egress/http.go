@@ -79,7 +79,55 @@ func readRequest(br *bufio.Reader) (req *http.Request, hostHdr []string, err err
 		}
 	}
 	req, err = http.ReadRequest(br)
-	return req, hostHdr, err
+	if err != nil {
+		return nil, nil, err
+	}
+	// What net/http's server checks and ReadRequest does not: a header that
+	// would be written upstream as it came must be well-formed.
+	for _, h := range hostHdr {
+		if !validHostHeader(h) {
+			return nil, nil, errors.New("malformed Host header")
+		}
+	}
+	for name, vs := range req.Header {
+		if !validToken(name) {
+			return nil, nil, fmt.Errorf("invalid header name %q", name)
+		}
+		for _, v := range vs {
+			if !validHeaderValue(v) {
+				return nil, nil, fmt.Errorf("invalid value of header %q", name)
+			}
+		}
+	}
+	return req, hostHdr, nil
+}
+
+// validToken reports whether s is an RFC 9110 token, as a header name must be.
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// validHostHeader reports whether a Host header holds only characters of a
+// URL authority (RFC 3986: unreserved, sub-delims, ':', '[', ']', '%').
+func validHostHeader(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			strings.IndexByte("-._~!$&'()*+,;=:[]%", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // peekHeader waits until br's buffer holds a whole header block (up to and
@@ -143,7 +191,7 @@ func (b *Box) plainHTTP(c net.Conn, req *http.Request, hostHdr []string) (keep b
 	ev := Event{Time: start, Kind: "http"}
 	host, port, ok := splitHost(req.URL.Host, 80)
 	if !ok {
-		ev.Host = req.URL.Host
+		ev.Host, ev.Port = req.URL.Host, 80
 		b.refuse(c, &ev, "not a valid host name")
 		return false
 	}

@@ -42,6 +42,9 @@ const (
 	// maxClientConns bounds the proxy connections a box may hold open at once;
 	// the box's own file limit is usually lower.
 	maxClientConns = 1024
+	// lingerTimeout and maxLinger bound lingerClose.
+	lingerTimeout = 500 * time.Millisecond
+	maxLinger     = 256 << 10
 	// pipeChunk is the most a tunnel copies between two looks at the limits.
 	pipeChunk = 1 << 20
 )
@@ -285,7 +288,7 @@ func (b *Box) serve() {
 func (b *Box) handle(c net.Conn) {
 	defer b.wg.Done()
 	defer b.untrack(c)
-	defer c.Close()
+	defer lingerClose(c)
 	defer b.recoverPanic("proxy connection")
 	if b.live.Add(1) > maxClientConns {
 		defer b.live.Add(-1)
@@ -294,6 +297,19 @@ func (b *Box) handle(c net.Conn) {
 	}
 	defer b.live.Add(-1)
 	b.serveClient(c)
+}
+
+// lingerClose closes a client connection gracefully: it sends FIN, then reads
+// and drops what the client still sends, for lingerTimeout at most. Closing a
+// socket with unread data makes the kernel send RST, which can destroy an
+// answer written just before (a 431 for a header the proxy stopped reading);
+// net/http's closeWriteAndWait does the same.
+func lingerClose(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		c.SetReadDeadline(time.Now().Add(lingerTimeout))
+		io.CopyN(io.Discard, c, maxLinger)
+	}
+	c.Close()
 }
 
 // goTracked runs f in a goroutine that Close waits for, with panics recovered.
@@ -383,9 +399,12 @@ func (b *Box) addBytes(out bool, n int64) {
 	if n <= 0 {
 		return
 	}
-	total, limit, dir := b.bytesIn.Add(n), b.pol.Limits.BytesIn, "in"
+	var total, limit int64
+	var dir string
 	if out {
 		total, limit, dir = b.bytesOut.Add(n), b.pol.Limits.BytesOut, "out"
+	} else {
+		total, limit, dir = b.bytesIn.Add(n), b.pol.Limits.BytesIn, "in"
 	}
 	if limit > 0 && total > limit {
 		b.cutAll(fmt.Sprintf("byte limit of %d bytes %s reached", limit, dir))
