@@ -376,11 +376,25 @@ func (b *Box) startDown(c, up net.Conn) <-chan pipeResult {
 // pipeUp relays the client to up: head first, then what br holds, then the
 // client connection itself.
 func (b *Box) pipeUp(c net.Conn, br *bufio.Reader, up net.Conn, head []byte) (total int64, err error) {
+	// write writes p as pipe copies: no further than just past the limit.
 	write := func(p []byte) error {
-		n, err := up.Write(p)
-		total += int64(n)
-		b.addBytes(true, int64(n))
-		return err
+		for len(p) > 0 {
+			if b.cutReason() != "" {
+				return errCut
+			}
+			n := int64(len(p))
+			if rem := b.remaining(true); rem >= 0 {
+				n = min(n, rem+1)
+			}
+			w, err := up.Write(p[:n])
+			total += int64(w)
+			b.addBytes(true, int64(w))
+			if err != nil {
+				return err
+			}
+			p = p[n:]
+		}
+		return nil
 	}
 	if len(head) > 0 {
 		err = write(head)

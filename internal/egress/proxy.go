@@ -532,9 +532,14 @@ type countConn struct {
 	out, in atomic.Int64
 }
 
+// Read reads no further than just past the limit, so a limit is overshot by
+// one byte at most (per connection racing for the last bytes).
 func (c *countConn) Read(p []byte) (int, error) {
 	if c.b.cutReason() != "" {
 		return 0, errCut
+	}
+	if rem := c.b.remaining(false); rem >= 0 && int64(len(p)) > rem+1 {
+		p = p[:rem+1]
 	}
 	n, err := c.Conn.Read(p)
 	c.in.Add(int64(n))
@@ -542,12 +547,20 @@ func (c *countConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Write writes no further than just past the limit, then fails with errCut.
 func (c *countConn) Write(p []byte) (int, error) {
 	if c.b.cutReason() != "" {
 		return 0, errCut
 	}
+	short := false
+	if rem := c.b.remaining(true); rem >= 0 && int64(len(p)) > rem+1 {
+		p, short = p[:rem+1], true
+	}
 	n, err := c.Conn.Write(p)
 	c.out.Add(int64(n))
 	c.b.addBytes(true, int64(n))
+	if err == nil && short {
+		err = errCut
+	}
 	return n, err
 }
