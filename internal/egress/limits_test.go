@@ -121,7 +121,7 @@ func TestCloseEndsEverything(t *testing.T) {
 		io.WriteString(c, "some bytes")
 		tunnels = append(tunnels, c)
 	}
-	idle, _ := h.raw("")                                                       // no request yet
+	idle, _ := h.raw("")                                                        // no request yet
 	half, _ := h.raw("GET http://allowed.test/ HTTP/1.1\r\nHost: allowed.test") // half a header
 	client, tr := h.client(nil)
 	resp, err := client.Get(hostURL(t, srv.URL, "allowed.test", "/")) // a keep-alive connection
