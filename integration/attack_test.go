@@ -287,6 +287,27 @@ for host in ["127.0.0.1", "localhost", "::1"]:
 					t.Fatalf("the host listener got %d connections:\n%s", f.tcpHits.Load(), o)
 				}
 			}},
+		{name: "egress proxy to host listener and metadata", lang: "python", code: `
+import socket
+for target in [b"127.0.0.1:{TCP_PORT}", b"localhost:{TCP_PORT}", b"169.254.169.254:80", b"[::1]:{TCP_PORT}"]:
+    try:
+        s = socket.create_connection(("127.0.0.1", 3128), timeout=2)
+        s.sendall(b"CONNECT " + target + b" HTTP/1.1\r\nHost: " + target + b"\r\n\r\n")
+        print(target.decode(), s.recv(100).split(b"\r\n")[0].decode())
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    except OSError as e:
+        print("no proxy", e.errno)
+    try:
+        s = socket.create_connection(("127.0.0.1", 3128), timeout=2)
+        s.sendall(b"GET http://" + target + b"/latest/meta-data/ HTTP/1.1\r\nHost: " + target + b"\r\n\r\n")
+        print(target.decode(), s.recv(100).split(b"\r\n")[0].decode())
+    except OSError as e:
+        print("no proxy", e.errno)`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				if f.tcpHits.Load() != 0 || strings.Contains(o.res.Stdout, " 200 ") {
+					t.Fatalf("the proxy let a box reach the host or the metadata address (%d connections):\n%s", f.tcpHits.Load(), o)
+				}
+			}},
 		{name: "udp to host loopback listener", lang: "python", code: `
 import socket
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -488,6 +509,28 @@ func TestAttacks(t *testing.T) {
 	runAttacks(t, nil)
 }
 
+// TestAttacksAllowlist runs the attacks in boxes whose network is an allowlist (of a
+// loopback server of the test's that no attack aims at): the egress proxy must not
+// open a way out of the box.
+func TestAttacksAllowlist(t *testing.T) {
+	testutil.RequireRoot(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	runAttacks(t, nil, "--network", "allow:pypi.org:443,"+l.Addr().String())
+}
+
 // TestAttacksRootless runs the same attacks with moat started by an ordinary host user
 // (nobody): user namespaces without root, no cgroups. The canary belongs to that user.
 func TestAttacksRootless(t *testing.T) {
@@ -495,7 +538,7 @@ func TestAttacksRootless(t *testing.T) {
 	runAttacks(t, &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}})
 }
 
-func runAttacks(t *testing.T, cred *syscall.Credential) {
+func runAttacks(t *testing.T, cred *syscall.Credential, extraArgs ...string) {
 	owner := -1
 	if cred != nil {
 		owner = int(cred.Uid)
@@ -509,7 +552,7 @@ func runAttacks(t *testing.T, cred *syscall.Credential) {
 		t.Run(a.name, func(t *testing.T) {
 			before := snapshotHost(t)
 			// Policy off: the box alone must hold.
-			args := append([]string{"run", "--json", "--profile", "open", "--lang", a.lang}, a.args...)
+			args := append(append([]string{"run", "--json", "--profile", "open", "--lang", a.lang}, extraArgs...), a.args...)
 			o := moatExecAs(t, cred, f.expand(a.code), args...)
 			if o.exit != 0 {
 				t.Fatalf("moat failed:\n%s", o)

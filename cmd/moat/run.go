@@ -64,7 +64,7 @@ type runFlags struct {
 func defaultRunFlags() runFlags {
 	return runFlags{
 		timeout: "30s", memory: "256MiB", cpus: "1", pids: "64", disk: "100MiB", tmp: "64MiB",
-		output: "1MiB", network: "none", backend: "native", set: map[string]bool{},
+		output: "1MiB", backend: "native", set: map[string]bool{},
 	}
 }
 
@@ -81,7 +81,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.disk, "disk", f.disk, "size of the writable workspace")
 	fs.StringVar(&f.tmp, "tmp", f.tmp, "size of /tmp")
 	fs.StringVar(&f.output, "output-limit", f.output, "bytes of output kept per stream (head and tail)")
-	fs.StringVar(&f.network, "network", f.network, "network mode: none")
+	fs.StringVar(&f.network, "network", f.network, "network: none, allow:HOST[:PORT][,HOST[:PORT]...] or open (config network.allow_open); default the profile's, none unless the config gives it one")
 	fs.StringVar(&f.backend, "backend", f.backend, "backend: native")
 	fs.Var(&f.files, "file", "copy host file SRC into the workspace, as DEST if given: SRC[:DEST] (repeatable)")
 	fs.Var(&f.env, "env", "set KEY=VALUE in the code's environment (repeatable)")
@@ -253,10 +253,7 @@ func buildRequest(f *runFlags, pos []string, stdin io.Reader) (*engine.Request, 
 			o.Close()
 		}
 	}
-	spec := &engine.Request{Profile: f.profile}
-	if f.network != "none" {
-		return nil, cleanup, fmt.Errorf("network mode %q is not available (only none for now)", f.network)
-	}
+	spec := &engine.Request{Profile: f.profile, Network: f.network}
 	var err error
 	if spec.Limits, err = parseLimits(f); err != nil {
 		return nil, cleanup, err

@@ -198,6 +198,7 @@ func sessionCreate(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.tmp, "tmp", f.tmp, "size of /tmp")
 	fs.StringVar(&f.output, "output-limit", f.output, "bytes of output kept per stream and call")
 	fs.Var(&f.env, "env", "set KEY=VALUE in the session's environment (repeatable)")
+	fs.StringVar(&f.network, "network", "", "narrow the profile's network: none or allow:HOST[:PORT],... (default: the profile's)")
 	idle := fs.String("idle-ttl", "", "end the session after this long unused (default: the server's, 10m)")
 	life := fs.String("max-lifetime", "", "end the session this long after it starts (default: the server's, 1h)")
 	jsonOut := fs.Bool("json", false, "print the session's description as JSON")
@@ -232,7 +233,7 @@ func sessionCreate(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signalContext()
 	defer stop()
 	info, err := c.CreateSession(ctx, &api.SessionRequest{
-		Language: f.lang, Profile: f.profile, Limits: wireLimits(lim), Env: env,
+		Language: f.lang, Profile: f.profile, Limits: wireLimits(lim), Env: env, Network: f.network,
 		IdleTTL: *idle, MaxLifetime: *life,
 	})
 	if err != nil {
@@ -552,7 +553,7 @@ func runRemote(f *runFlags, req *engine.Request, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "moat: --backend applies to local runs; the server uses its own")
 		return exitUsage
 	}
-	in := &api.ExecuteRequest{Language: req.Language, Code: string(req.Code), Profile: req.Profile, Limits: wireLimits(req.Limits)}
+	in := &api.ExecuteRequest{Language: req.Language, Code: string(req.Code), Profile: req.Profile, Limits: wireLimits(req.Limits), Network: req.Network}
 	var err error
 	if in.Env, err = envMap(req.Env); err != nil {
 		fmt.Fprintf(stderr, "moat: %v\n", err)

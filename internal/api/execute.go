@@ -104,7 +104,7 @@ func (s *Server) executeRequest(in *ExecuteRequest, p *gate.Principal) (*engine.
 	}
 	return &engine.Request{
 		Language: in.Language, Code: []byte(in.Code), Profile: profile,
-		Limits: lim, Env: env, OutputFiles: outs,
+		Limits: lim, Env: env, OutputFiles: outs, Network: in.Network,
 	}, nil
 }
 

@@ -66,7 +66,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, p *gate.P
 	}
 	defer release()
 	info, err := s.eng.CreateSession(r.Context(), &engine.SessionRequest{
-		Owner: p.Name, Language: in.Language, Profile: profile, Limits: lim, Env: env,
+		Owner: p.Name, Language: in.Language, Profile: profile, Limits: lim, Env: env, Network: in.Network,
 		IdleTTL: idle, MaxLifetime: life, MaxSessions: p.Quotas.Sessions, Caller: caller(r, p),
 	})
 	if err != nil {

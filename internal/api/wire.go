@@ -36,6 +36,10 @@ type ExecuteRequest struct {
 	Files []InputFile `json:"files,omitempty"`
 	// OutputFiles name workspace files to return in the result's "files".
 	OutputFiles []string `json:"output_files,omitempty"`
+	// Network narrows the profile's network: "none" or "allow:HOST[:PORT],...",
+	// each destination one the profile allows; "open" where the profile is open.
+	// Empty means the profile's.
+	Network string `json:"network,omitempty"`
 }
 
 // InputFile is a file to place in the workspace.
@@ -66,6 +70,8 @@ type SessionRequest struct {
 	// Limits bound the session's box; limits.timeout is the default per-call timeout.
 	Limits *Limits           `json:"limits,omitempty"`
 	Env    map[string]string `json:"env,omitempty"`
+	// Network narrows the profile's network, as ExecuteRequest.Network.
+	Network string `json:"network,omitempty"`
 	// IdleTTL and MaxLifetime ("10m", "1h") shorten the server's defaults.
 	IdleTTL     string `json:"idle_ttl,omitempty"`
 	MaxLifetime string `json:"max_lifetime,omitempty"`

@@ -30,11 +30,15 @@ const (
 	// KindPrune is written by the store itself when retention removed old records;
 	// KeptFrom is the first record kept.
 	KindPrune = "audit_prune"
+	// KindEgress is one decision of the egress proxy: a connection, HTTP request or
+	// DNS lookup of a box, allowed (Status ok, with its bytes) or refused (Status
+	// refused, with the Reason). RequestID and Session tie it to its execution.
+	KindEgress = "egress"
 )
 
 // Kinds lists every kind, for filters and documentation.
 var Kinds = []string{KindExecute, KindSessionExecute, KindSessionCreate, KindSessionDestroy,
-	KindSessionExpire, KindSessionLost, KindAuthFailure, KindPrune}
+	KindSessionExpire, KindSessionLost, KindAuthFailure, KindPrune, KindEgress}
 
 // Statuses of records that are not a box's outcome (those are box.Status values:
 // ok, error, timeout, memory_limit, output_limit, blocked, killed, internal_error).
@@ -44,8 +48,11 @@ const (
 	StatusRejected = "rejected"
 	// StatusInternalError: moat itself failed; Reason has the sanitized error.
 	StatusInternalError = "internal_error"
-	// StatusOK: a lifecycle operation (session create or destroy) succeeded.
+	// StatusOK: a lifecycle operation (session create or destroy) succeeded, or the
+	// egress proxy let a connection through.
 	StatusOK = "ok"
+	// StatusRefused: the egress proxy refused a destination; Reason says why.
+	StatusRefused = "refused"
 )
 
 // Front ends, the values of Record.FrontEnd.
@@ -117,6 +124,13 @@ type Record struct {
 	// PrevHash is the Hash of the record before this one (or of the last pruned
 	// record, or 64 zeros for the first record ever); set by the store.
 	PrevHash string `json:"prev_hash"`
+	// Dest is, in a KindEgress record, the destination the box asked for
+	// ("host:port"), and Via what it asked through: http, connect or dns.
+	Dest string `json:"dest,omitempty"`
+	Via  string `json:"via,omitempty"`
+	// BytesOut and BytesIn are, in a KindEgress record, what crossed the proxy.
+	BytesOut int64 `json:"bytes_out,omitempty"`
+	BytesIn  int64 `json:"bytes_in,omitempty"`
 
 	// Hash is the hex SHA-256 of Body(); set by the store. It is not part of the
 	// body it hashes.

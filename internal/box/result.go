@@ -39,6 +39,9 @@ type Result struct {
 	// Files are the workspace files a one-shot execution asked to get back
 	// (output_files), present only when asked for.
 	Files []FileData `json:"files,omitempty"`
+	// Egress is what the box did through moat's egress proxy, present only when it
+	// had a network.
+	Egress *EgressUsage `json:"egress,omitempty"`
 
 	// Report is what the code wrote to its report channel (Spec.Report): untrusted
 	// input for the engine to parse. Not part of the JSON contract.
@@ -49,6 +52,25 @@ type Result struct {
 	// RedactionsByRule splits Redactions by the rule that matched ("secret" for
 	// exact secret values), for metrics. Not part of the JSON contract.
 	RedactionsByRule map[string]int `json:"-"`
+}
+
+// EgressUsage is a box's traffic through the egress proxy.
+type EgressUsage struct {
+	// Connections counts the connections and plain HTTP requests let through.
+	Connections int `json:"connections"`
+	// Refused counts the destinations refused (connections, requests, lookups).
+	Refused  int   `json:"refused"`
+	BytesOut int64 `json:"bytes_out"`
+	BytesIn  int64 `json:"bytes_in"`
+	// Refusals lists the first refusals, with why.
+	Refusals []EgressRefusal `json:"refusals,omitempty"`
+}
+
+// EgressRefusal is one destination the egress proxy refused.
+type EgressRefusal struct {
+	Dest   string `json:"dest"`   // host:port
+	Via    string `json:"via"`    // http, connect or dns
+	Reason string `json:"reason"` // e.g. "not in the allowlist"
 }
 
 // Timing is where a box's time went.

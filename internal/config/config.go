@@ -79,6 +79,9 @@ type Config struct {
 	Server Server `yaml:"server"`
 	// Audit configures the audit trail of moat run and moat serve. See ResolveAudit.
 	Audit Audit `yaml:"audit"`
+	// Network holds the egress proxy's settings that profiles cannot change; each
+	// profile's network says what its code may reach.
+	Network Network `yaml:"network"`
 
 	file  string          // name given to Parse, for messages
 	lines map[string]int  // setting path -> line in file, for messages; nil if built in code
@@ -133,6 +136,8 @@ type Profile struct {
 	// pool), so that their import time is not paid per execution. Preloading does
 	// not allow user code to import them.
 	Preload []string `yaml:"preload"`
+	// Network says what the profile's code may reach; by default nothing.
+	Network NetworkPolicy `yaml:"network"`
 }
 
 // PythonPolicy is the language-level policy for Python: AST checks before the code

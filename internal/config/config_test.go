@@ -149,7 +149,7 @@ func TestParseErrors(t *testing.T) {
 		want string // a line of the error
 	}{
 		{"unknown top-level key", "isolation: strict\nisolaton: strict\n",
-			`m.yaml:2: isolaton: unknown key (want audit, filter, isolation, limits, profile, profiles or server)`},
+			`m.yaml:2: isolaton: unknown key (want audit, filter, isolation, limits, network, profile, profiles or server)`},
 		{"unknown nested key", "profiles:\n  web:\n    python:\n      modes: denylist\n",
 			`m.yaml:4: profiles.web.python.modes: unknown key (want allow_modules, deny_attributes, deny_builtins, deny_modules, file_access, mode or modules)`},
 		{"unknown limit", "limits:\n  memroy: 1GiB\n", `m.yaml:2: limits.memroy: unknown key`},

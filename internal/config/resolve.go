@@ -102,6 +102,7 @@ func (p Profile) over(child Profile) Profile {
 		},
 		Limits:  p.Limits.over(child.Limits),
 		Preload: pickList(p.Preload, child.Preload),
+		Network: p.Network.over(child.Network),
 	}
 	return out
 }

@@ -44,6 +44,10 @@ var (
 //     entry has a unique principal name ([a-z0-9_-]+), exactly one of key_env (a
 //     variable name not shared with another key) and key_sha256 (64 hex digits,
 //     not shared), and profiles that exist; max_limits are checked as limits;
+//   - network: a profile's mode is none, allowlist (with destinations) or open
+//     (only with network.allow_open); allow entries and secret hosts parse as
+//     egress rules; secrets name valid variables, once each; limits parse;
+//     network.hosts maps valid names to IP addresses; upstream_ca is absolute;
 //   - audit: dir and a file sink are absolute paths; failure is fail_closed or
 //     fail_open; buffer is from 1 to MaxAuditBuffer; code_max is a size or none;
 //     retention.max_age is a duration (days allowed), max_records positive.
@@ -71,6 +75,7 @@ func (c *Config) Validate() error {
 		c.checkProfile(ps, name, present)
 	}
 	c.Filter.check(ps)
+	c.checkNetworkSettings(ps)
 	c.checkServer(ps, present, nil)
 	c.checkAudit(ps, present)
 	return ps.err()
@@ -119,6 +124,7 @@ func (c *Config) checkProfile(ps *problems, name string, present func(string) bo
 	checkList(ps, base+".shell.deny", p.Shell.Deny, checkCommand)
 	p.Limits.check(ps, base+".limits", present)
 	checkList(ps, base+".preload", p.Preload, checkModule)
+	c.checkNetwork(ps, base+".network", p.Network)
 
 	if !chainOK {
 		return
@@ -127,6 +133,7 @@ func (c *Config) checkProfile(ps *problems, name string, present func(string) bo
 	if err != nil {
 		return // reported by checkExtends
 	}
+	checkResolvedNetwork(ps, base+".network", r.Network)
 	for i, m := range p.Preload {
 		if why := r.Python.refuses(m); why != "" {
 			ps.add(fmt.Sprintf("%s.preload[%d]", base, i), "%s: preloading would hand user code a module the profile keeps from it", why)

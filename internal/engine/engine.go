@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -54,6 +55,11 @@ type Engine struct {
 	sessions  *session.Store[*liveSession]
 	stopSweep context.CancelFunc
 	maxFile   int64
+
+	// environ is moat's own environment (secret values for the egress proxy).
+	environ []string
+	// egress is the egress proxy, made at its first use.
+	egress egressProxy
 }
 
 // New builds an Engine. environ is moat's own environment: the values of its secret
@@ -69,7 +75,7 @@ func New(cfg *config.Config, backend box.Backend, environ []string, log *slog.Lo
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{cfg: cfg, backend: backend, log: log, redactor: red}, nil
+	return &Engine{cfg: cfg, backend: backend, log: log, redactor: red, environ: slices.Clone(environ)}, nil
 }
 
 // Request is one execution as a front end asks for it.
@@ -82,6 +88,9 @@ type Request struct {
 	Limits box.Limits
 	Env    []string
 	Files  []box.File
+	// Network asks for a network other than the profile's: "none",
+	// "allow:HOST[:PORT],..." or "open" (see network.go); empty means the profile's.
+	Network string
 	// OutputFiles name workspace files (clean relative paths) to return in
 	// Result.Files after the code ran, each up to MaxOutputFile bytes.
 	OutputFiles []string
@@ -116,9 +125,13 @@ func (e *Engine) Execute(ctx context.Context, req *Request) (res *box.Result, er
 	if err != nil {
 		return nil, err
 	}
+	plan, err := e.network(name, prof, req.Network, req.Caller)
+	if err != nil {
+		return nil, err
+	}
 	spec := &box.Spec{
-		Language: lang.Name, Code: req.Code, Env: req.Env, Files: req.Files,
-		Limits: lim, Network: "none", Stdout: req.Stdout, Stderr: req.Stderr,
+		Language: lang.Name, Code: req.Code, Env: append(slices.Clone(plan.env), req.Env...), Files: req.Files,
+		Limits: lim, Network: box.NetworkNone, Stdout: req.Stdout, Stderr: req.Stderr,
 	}
 
 	for _, p := range req.OutputFiles {
@@ -142,8 +155,19 @@ func (e *Engine) Execute(ctx context.Context, req *Request) (res *box.Result, er
 	// box, with the filter on the live streams
 	streams := &streamSet{red: e.redactor}
 	spec.Filter = streams.wrap
+	eg, err := e.newBoxEgress(plan, req.Caller, "")
+	if err != nil {
+		return nil, err
+	}
+	var pooled box.Session
 	taking := time.Now()
-	pooled := e.takePooled(lang.Name, name, lim, spec.Env, func() *box.SessionSpec { return e.oneShotSpec(spec, name, prof) })
+	if eg != nil {
+		// A box with a network is made for its execution: its proxy serves it alone.
+		spec.Network, spec.Egress = box.NetworkEgress, eg
+		spec.Support = append(spec.Support, plan.support...)
+	} else {
+		pooled = e.takePooled(lang.Name, name, lim, spec.Env, func() *box.SessionSpec { return e.oneShotSpec(spec, name, prof) })
+	}
 	switch {
 	case pooled != nil:
 		took := time.Since(taking)
@@ -159,6 +183,11 @@ func (e *Engine) Execute(ctx context.Context, req *Request) (res *box.Result, er
 	}
 	if res != nil {
 		au.boxStages(res.Timing)
+		if eg != nil {
+			eg.Close() // the backend closed it with the box; this only waits for it
+			res.Egress = eg.usage()
+			res.Isolation = append(res.Isolation, plan.desc)
+		}
 	}
 	au.stage(metrics.StageBox)
 	if err != nil {

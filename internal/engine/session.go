@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/audit"
@@ -29,6 +30,8 @@ type SessionRequest struct {
 	// Limits bound the box; Limits.Timeout is the default per-call timeout.
 	Limits box.Limits
 	Env    []string
+	// Network asks for a network other than the profile's, as Request.Network.
+	Network string
 	// IdleTTL and MaxLifetime, when non-zero, override the server's defaults; larger
 	// values are cut to them.
 	IdleTTL, MaxLifetime time.Duration
@@ -85,6 +88,17 @@ type liveSession struct {
 	lang    string
 	profile string
 	shell   policy.ShellRules
+	// netDesc names the session's network in its isolation list ("" without one).
+	netDesc string
+}
+
+// Isolation lists the protections in force: the box's, and the egress proxy.
+func (ls *liveSession) Isolation() []string {
+	iso := ls.Session.Isolation()
+	if ls.netDesc != "" {
+		iso = append(iso, ls.netDesc)
+	}
+	return iso
 }
 
 // ErrNoSessions: the engine was not given a session store (EnableSessions).
@@ -148,28 +162,46 @@ func (e *Engine) CreateSession(ctx context.Context, req *SessionRequest) (_ Sess
 	if max == 0 {
 		max = DefaultMaxSessions
 	}
+	plan, err := e.network(name, prof, req.Network, req.Caller)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	eg, err := e.newBoxEgress(plan, req.Caller, "")
+	if err != nil {
+		return SessionInfo{}, err
+	}
 	slot, err := e.sessions.Reserve(req.Owner, max)
 	if err != nil {
 		return SessionInfo{}, err
 	}
-	spec := &box.SessionSpec{Language: lang.Name, Env: req.Env, Limits: lim, Network: "none"}
+	spec := &box.SessionSpec{Language: lang.Name, Env: append(slices.Clone(plan.env), req.Env...), Limits: lim, Network: box.NetworkNone}
 	if lang.Name == "python" {
 		e.pythonSession(spec, pythonPolicy(name, prof), prof.Preload)
 	}
-	// A box from the warm pool serves a session as well as an execution: it has
-	// never run code, and it is destroyed with the session.
-	sb := e.takePooled(lang.Name, name, lim, req.Env, func() *box.SessionSpec { return spec })
+	var sb box.Session
+	if eg != nil {
+		// A box with a network is made for its session: its proxy serves it alone.
+		spec.Network, spec.Egress = box.NetworkEgress, eg
+		spec.Support = append(spec.Support, plan.support...)
+	} else {
+		// A box from the warm pool serves a session as well as an execution: it
+		// has never run code, and it is destroyed with the session.
+		sb = e.takePooled(lang.Name, name, lim, req.Env, func() *box.SessionSpec { return spec })
+	}
 	if sb == nil {
 		if sb, err = e.backend.(box.SessionBackend).StartSession(ctx, spec); err != nil {
 			slot.Cancel()
 			return SessionInfo{}, err
 		}
 	}
-	ls := &liveSession{Session: sb, lang: lang.Name, profile: name,
+	ls := &liveSession{Session: sb, lang: lang.Name, profile: name, netDesc: plan.desc,
 		shell: policy.ShellRules{Profile: name, Allow: prof.Shell.Allow, Deny: prof.Shell.Deny}}
 	info, err := slot.Commit(session.Info{Language: lang.Name, Profile: name, IdleTTL: req.IdleTTL, MaxLifetime: req.MaxLifetime}, ls)
 	if err != nil {
 		return SessionInfo{}, err
+	}
+	if eg != nil {
+		eg.setSession(info.ID)
 	}
 	out := sessionInfo(info, ls)
 	au.created(out, req.Caller)
@@ -272,6 +304,9 @@ func (e *Engine) SessionExecute(ctx context.Context, owner, id string, req *Call
 	// box, with the filter on the live streams
 	streams := &streamSet{red: e.redactor}
 	res, err = ls.Exec(ctx, &box.Call{Code: req.Code, Timeout: req.Timeout, Stdout: req.Stdout, Stderr: req.Stderr, Filter: streams.wrap})
+	if res != nil && ls.netDesc != "" {
+		res.Isolation = append(res.Isolation, ls.netDesc)
+	}
 	au.stage(metrics.StageRun)
 	if err != nil {
 		return nil, lost(id, err)
@@ -371,9 +406,14 @@ func (e *Engine) runForFiles(ctx context.Context, spec *box.Spec, profile string
 
 // oneShotSpec is the session box a one-shot execution of spec runs in.
 func (e *Engine) oneShotSpec(spec *box.Spec, profile string, prof config.Profile) *box.SessionSpec {
-	ss := &box.SessionSpec{Language: spec.Language, Env: spec.Env, Limits: spec.Limits, Network: spec.Network}
+	ss := &box.SessionSpec{Language: spec.Language, Env: spec.Env, Limits: spec.Limits, Network: spec.Network, Egress: spec.Egress}
 	if spec.Language == "python" {
 		e.pythonSession(ss, pythonPolicy(profile, prof), prof.Preload)
+	}
+	for _, f := range spec.Support {
+		if f.Path == CABundlePath {
+			ss.Support = append(ss.Support, f)
+		}
 	}
 	return ss
 }

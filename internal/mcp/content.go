@@ -50,7 +50,7 @@ func resultContent(res *box.Result, out *outputs, inSession bool) *sdk.CallToolR
 				fmt.Fprintf(&b, "- %s\n", v.Detail)
 			}
 		}
-		b.WriteString("Rewrite the code without what is blocked; the sandbox has no network and no way around the policy.")
+		b.WriteString("Rewrite the code without what is blocked; there is no way around the policy.")
 		tr.Content = append(tr.Content, &sdk.TextContent{Text: b.String()})
 		return tr
 	}

@@ -293,3 +293,5 @@ func sessionIDOf(t *testing.T, res *sdk.CallToolResult) string {
 	}
 	return id
 }
+
+func (f *fakeEngine) NetworkSummary(string) string { return "no network" }

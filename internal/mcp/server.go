@@ -33,6 +33,8 @@ type Engine interface {
 	PutFile(ctx context.Context, owner, id, path string, r io.Reader, size int64) error
 	GetFile(ctx context.Context, owner, id, path string, w io.Writer) (int64, error)
 	ListFiles(ctx context.Context, owner, id, dir string) ([]box.FileInfo, error)
+	// NetworkSummary says in words what code under a profile may reach.
+	NetworkSummary(profile string) string
 }
 
 // Gate authenticates HTTP requests and meters principals; *gate.Gate implements it.

@@ -26,7 +26,7 @@ import (
 )
 
 // instructions are sent to clients at initialization: how the tools fit together.
-const instructions = `moat runs code in isolated sandboxes: no network, no access to the host's files, bounded CPU, memory, processes, disk and time. ` +
+const instructions = `moat runs code in isolated sandboxes: no network unless the profile allows some, no access to the host's files, bounded CPU, memory, processes, disk and time. ` +
 	`Use execute_python or execute_shell for self-contained code (a fresh sandbox each time; nothing is kept). ` +
 	`For work in several steps — load data once, then explore it — use session_create, then session_execute as often as needed: variables and files persist in the session, like a notebook. ` +
 	`Move files in and out of a session's /workspace with file_upload, file_list and file_download. Destroy sessions you are done with (session_destroy). ` +
@@ -145,8 +145,8 @@ var sessionIDPattern = `^[A-Za-z0-9_-]{1,128}$`
 // state p's limits and profiles.
 func (s *Server) addTools(ms *sdk.Server, p *gate.Principal) {
 	capSecs := int(min(p.MaxLimits.Timeout/time.Second, maxTimeoutSeconds))
-	limits := fmt.Sprintf("Limits: no network; %s of memory, %s of disk in /workspace, %d processes; a run may take at most %s (timeout_seconds), output beyond %s per stream is cut to its head and tail.",
-		size(p.MaxLimits.Memory), size(p.MaxLimits.Disk), p.MaxLimits.Pids, human(time.Duration(capSecs)*time.Second), size(p.MaxLimits.Output))
+	limits := fmt.Sprintf("Limits: %s; %s of memory, %s of disk in /workspace, %d processes; a run may take at most %s (timeout_seconds), output beyond %s per stream is cut to its head and tail.",
+		s.eng.NetworkSummary(p.Profile), size(p.MaxLimits.Memory), size(p.MaxLimits.Disk), p.MaxLimits.Pids, human(time.Duration(capSecs)*time.Second), size(p.MaxLimits.Output))
 	profiles := fmt.Sprintf("Code runs under the policy profile %q", p.Profile)
 	if len(p.Profiles) > 0 {
 		profiles += fmt.Sprintf(" (or the one named in profile: %s)", strings.Join(p.Profiles, ", "))
@@ -216,7 +216,7 @@ func (s *Server) addTools(ms *sdk.Server, p *gate.Principal) {
 		Name:  "execute_shell",
 		Title: "Run a bash script in a fresh sandbox",
 		Description: "Run a bash script in a fresh, isolated sandbox and return its stdout, stderr and exit code. Nothing is kept: the sandbox and its files are destroyed when the script ends; for work in several steps use session_create with language bash. " +
-			"The working directory is /workspace; the usual command-line tools of the host are there, but no network. Every command, in pipelines, substitutions and functions too, is checked before anything runs. " +
+			"The working directory is /workspace; the usual command-line tools of the host are there. Every command, in pipelines, substitutions and functions too, is checked before anything runs. " +
 			profiles + " " + limits,
 		InputSchema: inputSchema[executeShellArgs](adjust),
 		Annotations: runs,

@@ -62,6 +62,8 @@ type Metrics struct {
 	sessionsCreated prometheus.Counter
 	sessionsEnded   *prometheus.CounterVec
 	gateRefusals    *prometheus.CounterVec
+	egress          *prometheus.CounterVec
+	egressBytes     *prometheus.CounterVec
 }
 
 // stageBuckets span a shell check (tens of microseconds) to a long execution.
@@ -94,8 +96,14 @@ func New() *Metrics {
 		gateRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "moat_gate_refusals_total", Help: "Requests refused by the gate, by error code.",
 		}, []string{"code"}),
+		egress: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "moat_egress_decisions_total", Help: "Decisions of the egress proxy: connections, HTTP requests and DNS lookups of boxes, allowed or refused.",
+		}, []string{"via", "decision"}),
+		egressBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "moat_egress_bytes_total", Help: "Bytes through the egress proxy, out of boxes and into them.",
+		}, []string{"direction"}),
 	}
-	m.reg.MustRegister(m.executions, m.stage, m.violations, m.redactions, m.sessionsCreated, m.sessionsEnded, m.gateRefusals,
+	m.reg.MustRegister(m.executions, m.stage, m.violations, m.redactions, m.sessionsCreated, m.sessionsEnded, m.gateRefusals, m.egress, m.egressBytes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -169,6 +177,25 @@ func (m *Metrics) Redactions(byRule map[string]int) {
 		if n > 0 {
 			m.redactions.WithLabelValues(rule).Add(float64(n))
 		}
+	}
+}
+
+// Egress counts one decision of the egress proxy (via: http, connect or dns) and
+// the bytes of an allowed connection.
+func (m *Metrics) Egress(via string, allowed bool, bytesOut, bytesIn int64) {
+	if m == nil {
+		return
+	}
+	decision := "refused"
+	if allowed {
+		decision = "allowed"
+	}
+	m.egress.WithLabelValues(via, decision).Inc()
+	if bytesOut > 0 {
+		m.egressBytes.WithLabelValues("out").Add(float64(bytesOut))
+	}
+	if bytesIn > 0 {
+		m.egressBytes.WithLabelValues("in").Add(float64(bytesIn))
 	}
 }
 
