@@ -437,4 +437,3 @@ func hasPrefix(list []string, prefix string) bool {
 	}
 	return false
 }
-
