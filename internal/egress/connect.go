@@ -43,7 +43,7 @@ func (b *Box) connect(c net.Conn, br *bufio.Reader, req *http.Request) {
 	}
 	host, port, ok := splitHost(req.URL.Host, 0)
 	if !ok {
-		ev.Host = req.URL.Host
+		ev.Host = clip(req.URL.Host)
 		b.refuse(c, &ev, "not a valid host and port")
 		return
 	}
@@ -333,7 +333,7 @@ func tunnelTarget(req *http.Request, hostHdr []string, host string, port uint16)
 	}
 	for _, n := range names {
 		if h, p, ok := splitHost(n, 443); !ok || h != host || p != port {
-			return fmt.Sprintf("Host header names %q but the tunnel is to %s", n, hostPort(host, port))
+			return fmt.Sprintf("Host header names %q but the tunnel is to %s", clip(n), hostPort(host, port))
 		}
 	}
 	return ""

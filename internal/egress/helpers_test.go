@@ -48,7 +48,7 @@ func loopbackDial(ctx context.Context, network, addr string) (net.Conn, error) {
 
 // harness is one attached box with its listener and recorded events.
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	p     *Proxy
 	box   *Box
 	addr  string // the proxy's address
@@ -67,7 +67,7 @@ type hopts struct {
 	onEvent func(Event)
 }
 
-func newHarness(t *testing.T, pol *Policy, o hopts) *harness {
+func newHarness(t testing.TB, pol *Policy, o hopts) *harness {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -183,7 +183,7 @@ func readResp(t *testing.T, br *bufio.Reader, method string) (*http.Response, st
 }
 
 // port returns the port of a test server's URL or address.
-func port(t *testing.T, addr string) uint16 {
+func port(t testing.TB, addr string) uint16 {
 	t.Helper()
 	addr = strings.TrimPrefix(strings.TrimPrefix(addr, "http://"), "https://")
 	_, p, err := net.SplitHostPort(addr)
@@ -227,7 +227,7 @@ func (k testPKI) tlsServer(t testing.TB, name string, h http.Handler) *httptest.
 // allowPolicy allows each name on the port of its server, maps the names to
 // 127.0.0.1 and allows 127.0.0.1 on those ports (the explicit IP:port rule
 // that loopback needs).
-func allowPolicy(t *testing.T, servers map[string]string) *Policy {
+func allowPolicy(t testing.TB, servers map[string]string) *Policy {
 	t.Helper()
 	pol := &Policy{Mode: ModeAllowlist, Hosts: map[string][]netip.Addr{}}
 	for name, addr := range servers {
@@ -239,7 +239,7 @@ func allowPolicy(t *testing.T, servers map[string]string) *Policy {
 }
 
 // hostURL rewrites a test server's URL to name the server by name.
-func hostURL(t *testing.T, srvURL, name, path string) string {
+func hostURL(t testing.TB, srvURL, name, path string) string {
 	t.Helper()
 	u, err := url.Parse(srvURL)
 	if err != nil {

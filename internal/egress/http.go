@@ -143,7 +143,12 @@ func peekHeader(br *bufio.Reader) ([]byte, error) {
 			return nil, errHeaderTooLarge
 		}
 		if err != nil {
-			if len(buf) > 0 && errors.Is(err, io.EOF) {
+			if len(buf) == 0 {
+				// Nothing of a request came: the client closed, or an idle
+				// keep-alive connection timed out. Close without an answer.
+				return nil, io.EOF
+			}
+			if errors.Is(err, io.EOF) {
 				return nil, io.ErrUnexpectedEOF
 			}
 			return nil, err
@@ -191,7 +196,7 @@ func (b *Box) plainHTTP(c net.Conn, req *http.Request, hostHdr []string) (keep b
 	ev := Event{Time: start, Kind: "http"}
 	host, port, ok := splitHost(req.URL.Host, 80)
 	if !ok {
-		ev.Host, ev.Port = req.URL.Host, 80
+		ev.Host, ev.Port = clip(req.URL.Host), 80
 		b.refuse(c, &ev, "not a valid host name")
 		return false
 	}
@@ -199,7 +204,7 @@ func (b *Box) plainHTTP(c net.Conn, req *http.Request, hostHdr []string) (keep b
 	for _, h := range hostHdr {
 		hh, hp, ok := splitHost(h, 80)
 		if !ok || hh != host || hp != port {
-			b.refuse(c, &ev, fmt.Sprintf("Host header names %q but the request is for %s", h, hostPort(host, port)))
+			b.refuse(c, &ev, fmt.Sprintf("Host header names %q but the request is for %s", clip(h), hostPort(host, port)))
 			return false
 		}
 	}
@@ -523,6 +528,18 @@ func writeResponse(w io.Writer, status int, kind, body string) {
 	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"+
 		"X-Moat-Egress: %s\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
 		status, http.StatusText(status), kind, len(body), body)
+}
+
+// maxClip is the most of a string from the box that goes into an Event.
+const maxClip = 256
+
+// clip shortens a string from the box (an invalid host, a Host header) for an
+// Event, so a box cannot make audit records of 64 KiB.
+func clip(s string) string {
+	if len(s) <= maxClip {
+		return s
+	}
+	return s[:maxClip] + "..."
 }
 
 // bodyAllowed reports whether a response with this status may have a body.

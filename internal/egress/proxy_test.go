@@ -152,6 +152,33 @@ func TestHTTPBadRequests(t *testing.T) {
 	}
 }
 
+// TestIdleTimeout: a connection that sends nothing is closed after the idle
+// timeout, without an answer; one that sends half a header gets 408 (see
+// TestHTTPBadRequests); a long Host header is clipped in the event.
+func TestIdleTimeout(t *testing.T) {
+	h := newHarness(t, &Policy{Mode: ModeOpen}, hopts{shorten: true})
+	c, _ := h.raw("")
+	start := time.Now()
+	n, err := c.Read(make([]byte, 100))
+	if err != io.EOF || n != 0 {
+		t.Fatalf("read %d, %v; want EOF", n, err)
+	}
+	if d := time.Since(start); d < 250*time.Millisecond || d > 2*time.Second {
+		t.Errorf("closed after %v, want the idle timeout (300ms)", d)
+	}
+
+	long := strings.Repeat("h", 1000) + ".test"
+	_, br := h.raw("GET http://a.test/ HTTP/1.1\r\nHost: " + long + "\r\n\r\n")
+	resp, _ := readResp(t, br, "GET")
+	if resp.StatusCode != 403 {
+		t.Fatalf("got %d", resp.StatusCode)
+	}
+	e := h.waitEvent(func(e Event) bool { return strings.Contains(e.Reason, "Host header") })
+	if len(e.Reason) > maxClip+100 {
+		t.Errorf("reason of %d bytes", len(e.Reason))
+	}
+}
+
 // TestRebinding: an allowed name whose address is loopback is refused, by the
 // Hosts map or by DNS, unless the allowlist names that IP:port.
 func TestRebinding(t *testing.T) {
