@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/moat-sandbox/moat/internal/api"
 	"github.com/moat-sandbox/moat/internal/audit"
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/testutil"
@@ -419,13 +421,50 @@ func TestEgressRequestNarrowing(t *testing.T) {
 			t.Errorf("network %q: %d %s, want 400 naming the network", n, code, body)
 		}
 	}
-	recs := waitRecords(t, s, "kind="+audit.KindEgress, 1)
+	// A session keeps its network across calls; each call's result counts its own
+	// traffic.
+	c := s.client(keyAlice)
+	ctx := context.Background()
+	info, err := c.CreateSession(ctx, &api.SessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasPrefix(info.Isolation, "egress_proxy") {
+		t.Errorf("session isolation %v lacks the egress proxy", info.Isolation)
+	}
+	res := sessionCall(t, c, info.ID, egressProbe, "")
+	for i := 0; i < 2; i++ {
+		res = sessionCall(t, c, info.ID, fmt.Sprintf(`get("http://example.com:%s/")`, f.other.port()), "")
+		if !strings.Contains(res.Stdout, "hello from example.com") || res.Egress == nil || res.Egress.Connections != 1 || res.Egress.Refused != 0 {
+			t.Fatalf("session call %d: %+v %+v", i, res, res.Egress)
+		}
+	}
+	res = sessionCall(t, c, info.ID, `get("http://refused.test/")`, "")
+	if res.Egress == nil || res.Egress.Connections != 0 || res.Egress.Refused != 1 || len(res.Egress.Refusals) != 1 {
+		t.Fatalf("a refused call: %+v %+v", res, res.Egress)
+	}
+	if err := c.DeleteSession(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// One allowed connection of the narrowed execution, two allowed and one refused
+	// of the session.
+	recs := waitRecords(t, s, "kind="+audit.KindEgress, 4)
 	found := false
 	for _, r := range byRequest(recs, reqID) {
 		found = found || r.Status == audit.StatusOK && strings.HasPrefix(r.Dest, "example.com:") && r.BytesIn > 0
 	}
 	if !found {
 		t.Errorf("no audit record of the allowed connection of request %s: %+v", reqID, recs)
+	}
+	inSession := 0
+	for _, r := range recs {
+		if r.Session == info.ID && r.Status == audit.StatusRefused && r.Dest == "refused.test:80" {
+			inSession++
+		}
+	}
+	if inSession != 1 {
+		t.Errorf("want one refused record of the session, got %d: %+v", inSession, recs)
 	}
 }
 

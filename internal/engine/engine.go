@@ -185,7 +185,7 @@ func (e *Engine) Execute(ctx context.Context, req *Request) (res *box.Result, er
 		au.boxStages(res.Timing)
 		if eg != nil {
 			eg.Close() // the backend closed it with the box; this only waits for it
-			res.Egress = eg.usage()
+			res.Egress = eg.usage(egressMark{})
 			res.Isolation = append(res.Isolation, plan.desc)
 		}
 	}

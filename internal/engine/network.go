@@ -211,7 +211,6 @@ type boxEgress struct {
 	mu      sync.Mutex
 	served  *egress.Box
 	closed  bool
-	stats   egress.Stats
 	refused []box.EgressRefusal
 }
 
@@ -253,15 +252,16 @@ func (b *boxEgress) Close() {
 	b.closed = true
 	b.mu.Unlock()
 	if served != nil {
-		st := served.Close()
-		b.mu.Lock()
-		b.stats = st
-		b.mu.Unlock()
+		served.Close()
 	}
 }
 
-// maxRefusals bounds the refusals a result lists.
-const maxRefusals = 16
+// maxRefusals bounds the refusals a result lists, and keptRefusals those a box
+// keeps (a session's calls list theirs from it).
+const (
+	maxRefusals  = 16
+	keptRefusals = 1024
+)
 
 // event records one decision of the proxy.
 func (b *boxEgress) event(ev egress.Event) {
@@ -271,7 +271,7 @@ func (b *boxEgress) event(ev egress.Event) {
 	}
 	if !ev.Allowed {
 		b.mu.Lock()
-		if len(b.refused) < maxRefusals {
+		if len(b.refused) < keptRefusals {
 			b.refused = append(b.refused, box.EgressRefusal{Dest: dest, Via: ev.Kind, Reason: ev.Reason})
 		}
 		b.mu.Unlock()
@@ -302,15 +302,37 @@ func (b *boxEgress) event(ev egress.Event) {
 	a.log.Append(rec)
 }
 
-// usage returns what crossed the proxy, for the result; nil before Close.
-func (b *boxEgress) usage() *box.EgressUsage {
+// egressMark is a point in a box's traffic, for the usage of one session call.
+type egressMark struct {
+	st       egress.Stats
+	refusals int
+}
+
+// mark returns the box's traffic so far.
+func (b *boxEgress) mark() egressMark {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return &box.EgressUsage{
-		Connections: b.stats.Conns, Refused: b.stats.Refused,
-		BytesOut: b.stats.BytesOut, BytesIn: b.stats.BytesIn,
-		Refusals: slices.Clone(b.refused),
+	m := egressMark{refusals: len(b.refused)}
+	if b.served != nil {
+		m.st = b.served.Stats() // its counters stay after Close
 	}
+	return m
+}
+
+// usage returns what crossed the proxy since from (the zero mark: since the box
+// began), for a result.
+func (b *boxEgress) usage(from egressMark) *box.EgressUsage {
+	now := b.mark()
+	u := &box.EgressUsage{
+		Connections: now.st.Conns - from.st.Conns, Refused: now.st.Refused - from.st.Refused,
+		BytesOut: now.st.BytesOut - from.st.BytesOut, BytesIn: now.st.BytesIn - from.st.BytesIn,
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if from.refusals < len(b.refused) {
+		u.Refusals = slices.Clone(b.refused[from.refusals:min(len(b.refused), from.refusals+maxRefusals)])
+	}
+	return u
 }
 
 // NetworkSummary says in words what code under the profile may reach, for the

@@ -88,8 +88,10 @@ type liveSession struct {
 	lang    string
 	profile string
 	shell   policy.ShellRules
-	// netDesc names the session's network in its isolation list ("" without one).
+	// netDesc names the session's network in its isolation list ("" without one),
+	// and egress serves it.
 	netDesc string
+	egress  *boxEgress
 }
 
 // Isolation lists the protections in force: the box's, and the egress proxy.
@@ -194,7 +196,7 @@ func (e *Engine) CreateSession(ctx context.Context, req *SessionRequest) (_ Sess
 			return SessionInfo{}, err
 		}
 	}
-	ls := &liveSession{Session: sb, lang: lang.Name, profile: name, netDesc: plan.desc,
+	ls := &liveSession{Session: sb, lang: lang.Name, profile: name, netDesc: plan.desc, egress: eg,
 		shell: policy.ShellRules{Profile: name, Allow: prof.Shell.Allow, Deny: prof.Shell.Deny}}
 	info, err := slot.Commit(session.Info{Language: lang.Name, Profile: name, IdleTTL: req.IdleTTL, MaxLifetime: req.MaxLifetime}, ls)
 	if err != nil {
@@ -303,9 +305,14 @@ func (e *Engine) SessionExecute(ctx context.Context, owner, id string, req *Call
 	au.stage(metrics.StagePolicy)
 	// box, with the filter on the live streams
 	streams := &streamSet{red: e.redactor}
+	var mark egressMark
+	if ls.egress != nil {
+		mark = ls.egress.mark()
+	}
 	res, err = ls.Exec(ctx, &box.Call{Code: req.Code, Timeout: req.Timeout, Stdout: req.Stdout, Stderr: req.Stderr, Filter: streams.wrap})
-	if res != nil && ls.netDesc != "" {
+	if res != nil && ls.egress != nil {
 		res.Isolation = append(res.Isolation, ls.netDesc)
+		res.Egress = ls.egress.usage(mark)
 	}
 	au.stage(metrics.StageRun)
 	if err != nil {
