@@ -42,7 +42,7 @@ func TestNetworkRequests(t *testing.T) {
 		{"net", "allow:a.example.com:443,b.c.example.com", api, "", true},
 		{"net", "allow:*.a.example.com", api, "", true},
 		{"net", "allow:pypi.org:443", api, "", true},
-		{"net", "allow:pypi.org", api, "does not allow pypi.org", false},      // every port is more than 443
+		{"net", "allow:pypi.org", api, "does not allow pypi.org", false},       // every port is more than 443
 		{"net", "allow:example.com", api, "does not allow example.com", false}, // the wildcard is strictly below
 		{"net", "allow:127.0.0.1:8081", api, "does not allow 127.0.0.1:8081", false},
 		{"net", "allow:127.0.0.1:8081", cli, "", true}, // the operator may name any destination
