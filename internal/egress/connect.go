@@ -91,9 +91,7 @@ func (b *Box) connect(c net.Conn, br *bufio.Reader, req *http.Request) {
 		return
 	}
 	ev.Allowed = true
-	if errors.Is(r.err, errCut) || b.cutReason() != "" && r.err != nil {
-		ev.Error = "cut off: " + b.cutReason()
-	} else if r.err != nil {
+	if r.err != nil {
 		ev.Error = b.errorText(r.err)
 	}
 	b.emit(ev)

@@ -54,7 +54,8 @@
 //     hosts only, over plain HTTP, or over HTTPS when a CA is configured
 //     (interception: the box trusts CA.CertPEM, the proxy verifies the real
 //     server). Values are scrubbed from error texts, events and logs, and put
-//     back to placeholders in response headers.
+//     back to placeholders in response headers. Over plain HTTP the value
+//     crosses the network in clear text: give secrets rules with port 443.
 //   - Limits hold: connections and bytes per box (Policy.Limits), refused with
 //     403 once reached; passing a byte limit closes every connection of the box.
 //   - Every decision is an Event: refusals at once, allowed connections and

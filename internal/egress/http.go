@@ -510,6 +510,9 @@ func (b *Box) errorText(err error) string {
 	if errors.Is(err, errCut) || b.cutReason() != "" && errors.Is(err, net.ErrClosed) {
 		return "cut off: " + b.cutReason()
 	}
+	if b.ctx.Err() != nil {
+		return "closed with the box"
+	}
 	return b.scrub(err.Error())
 }
 

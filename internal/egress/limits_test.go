@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -111,10 +112,22 @@ func TestCloseEndsEverything(t *testing.T) {
 	addr := tcpServer(t, func(c net.Conn) { io.Copy(io.Discard, c) })
 	srv := httptest.NewServer(http.HandlerFunc(echoHandler))
 	defer srv.Close()
+	k := newPKI(t)
+	api := k.tlsServer(t, "api.test", secretHandler(nil))
+	proxyCA, _ := NewCA()
 	before := runtime.NumGoroutine()
 
-	pol := allowPolicy(t, map[string]string{"hold.test": addr, "allowed.test": srv.URL})
-	h := newHarness(t, pol, hopts{dns: true})
+	pol, ph := secretPolicy(t, map[string]string{"hold.test": addr, "allowed.test": srv.URL, "api.test": api.URL}, "api.test")
+	h := newHarness(t, pol, hopts{dns: true, opts: Options{CA: proxyCA, UpstreamRoots: k.ca.Pool()}})
+	if _, err := resolverFor(h.dns).LookupNetIP(context.Background(), "ip4", "hold.test."); err != nil {
+		t.Fatal(err)
+	}
+	// An intercepted tunnel, idle after one request.
+	tc, br := interceptedConn(t, h, fmt.Sprintf("api.test:%d", port(t, api.URL)), proxyCA.Pool())
+	fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: api.test:%d\r\nAuthorization: %s\r\n\r\n", port(t, api.URL), ph)
+	if resp, _ := readResp(t, br, "GET"); resp.StatusCode != 200 {
+		t.Fatalf("intercepted request: %d", resp.StatusCode)
+	}
 	var tunnels []net.Conn
 	for range 3 {
 		c := connectTunnel(t, h, fmt.Sprintf("hold.test:%d", port(t, addr)))
@@ -137,14 +150,14 @@ func TestCloseEndsEverything(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("Close took %v", d)
 	}
-	if st.Conns != 4 || st.BytesOut < 30 {
+	if st.Conns != 5 || st.BytesOut < 30 {
 		t.Errorf("stats %+v", st)
 	}
 	if again := h.box.Close(); again != st {
 		t.Errorf("second Close: %+v, first %+v", again, st)
 	}
 	nev := len(h.events())
-	for _, c := range append(tunnels, idle, half) {
+	for _, c := range append(tunnels, idle, half, tc) {
 		c.SetReadDeadline(time.Now().Add(2 * time.Second))
 		// EOF, or a reset when the box had unread bytes: closed either way.
 		var ne net.Error
@@ -153,8 +166,10 @@ func TestCloseEndsEverything(t *testing.T) {
 		}
 		c.Close()
 	}
-	if nev != 4 || len(h.events()) != nev {
-		t.Errorf("%d events at Close (want 4: 3 tunnels and a request), %d after", nev, len(h.events()))
+	// 1 DNS query, 1 request in the intercepted tunnel, 1 plain request, and
+	// at Close the 4 tunnels.
+	if nev != 7 || len(h.events()) != nev {
+		t.Errorf("%d events at Close (want 7), %d after: %+v", nev, len(h.events()), h.events())
 	}
 	tr.CloseIdleConnections()
 

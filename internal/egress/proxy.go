@@ -133,6 +133,8 @@ type Event struct {
 	Time time.Time
 	// Kind is "http" (one plain HTTP request, or one request inside an
 	// intercepted tunnel), "connect" (one CONNECT tunnel) or "dns" (one query).
+	// The bytes of an intercepted tunnel's "http" events are part of its
+	// "connect" event's: add up one or the other.
 	Kind string
 	// Host and Port are the destination the box asked for (Port is 0 for DNS),
 	// Host in canonical form when it is valid.
