@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -145,7 +146,7 @@ func TestHTTPBadRequests(t *testing.T) {
 			}
 			// The proxy closed the connection.
 			c.SetReadDeadline(time.Now().Add(2 * time.Second))
-			if n, err := c.Read(make([]byte, 1)); err != io.EOF {
+			if n, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 				t.Errorf("after the answer: %d, %v; want EOF", n, err)
 			}
 		})
@@ -160,7 +161,7 @@ func TestIdleTimeout(t *testing.T) {
 	c, _ := h.raw("")
 	start := time.Now()
 	n, err := c.Read(make([]byte, 100))
-	if err != io.EOF || n != 0 {
+	if !errors.Is(err, io.EOF) || n != 0 {
 		t.Fatalf("read %d, %v; want EOF", n, err)
 	}
 	if d := time.Since(start); d < 250*time.Millisecond || d > 2*time.Second {
@@ -380,6 +381,7 @@ func TestConnectBadHello(t *testing.T) {
 	for _, tt := range []struct{ name, send, reason string }{
 		{"malformed", "\x16\x03\x01\x00\x04\x01\x00\x00\x00", "no valid TLS ClientHello: malformed"},
 		{"truncated", "\x16\x03\x01\x01\x00abc", "no complete TLS ClientHello within 300ms"},
+		{"too large", hugeHello(), fmt.Sprintf("no valid TLS ClientHello: longer than %d bytes", maxHelloBytes)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := connectTunnel(t, h, target)
@@ -394,6 +396,20 @@ func TestConnectBadHello(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hugeHello is the start of a ClientHello of 60000 bytes in four records.
+func hugeHello() string {
+	var b strings.Builder
+	for i := range 4 {
+		b.WriteString("\x16\x03\x01\x40\x00") // a handshake record of 16384 bytes
+		body := make([]byte, 16384)
+		if i == 0 {
+			copy(body, "\x01\x00\xea\x60") // ClientHello, 60000 bytes
+		}
+		b.Write(body)
+	}
+	return b.String()
 }
 
 // tcpServer starts a TCP server on loopback that runs serve for each
@@ -439,7 +455,7 @@ func TestConnectNotTLS(t *testing.T) {
 		t.Fatalf("echo %q, %v", line, err)
 	}
 	c.(*replayConn).Conn.(*net.TCPConn).CloseWrite()
-	if _, err := br.ReadByte(); err != io.EOF {
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
 		t.Fatalf("after half-close: %v, want EOF", err)
 	}
 	e := h.waitEvent(func(e Event) bool { return e.Kind == "connect" })

@@ -2,13 +2,16 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -123,7 +126,18 @@ func TestSecretsHTTPSIntercepted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, pol, hopts{opts: Options{CA: proxyCA, UpstreamRoots: k.ca.Pool()}})
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h := newHarness(t, pol, hopts{opts: Options{CA: proxyCA, UpstreamRoots: k.ca.Pool(), Log: log}})
+	defer func() {
+		h.box.Close()
+		if strings.Contains(logs.String(), secretValue) {
+			t.Errorf("the log shows the secret value:\n%s", logs.String())
+		}
+		if !strings.Contains(logs.String(), "api.test") {
+			t.Errorf("the debug log says nothing of api.test:\n%s", logs.String())
+		}
+	}()
 	// The box trusts moat's CA (CertPEM) and, for the passthrough host, the
 	// test servers' CA.
 	roots := x509.NewCertPool()
@@ -251,4 +265,22 @@ func TestInterceptVerifiesUpstream(t *testing.T) {
 	if hits.Load() != 0 {
 		t.Error("the request reached the server")
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
