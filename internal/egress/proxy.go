@@ -191,13 +191,17 @@ type Box struct {
 
 // Attach serves one box: proxy connections accepted on l and DNS queries read
 // from dns (which may be nil), under pol, until Close. The Box owns l and dns
-// and closes them. pol is copied; a pol that fails Validate refuses
-// everything (and the problem is logged), so callers should Validate first.
+// and closes them. pol is copied; a nil pol, or one that fails Validate,
+// refuses everything (the problem is logged), so callers should Validate
+// first.
 //
 // ev, which may be nil, receives every decision (see Event). It is called
 // synchronously from the goroutine serving the connection, one call at a time,
 // and never after Close returns; it must be quick and must not call Close.
 func (p *Proxy) Attach(pol *Policy, l net.Listener, dns net.PacketConn, ev func(Event)) *Box {
+	if pol == nil {
+		pol = &Policy{} // refuses everything
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Box{
 		p:      p,
@@ -466,7 +470,7 @@ func (b *Box) lookup(host string) ([]netip.Addr, error) {
 	}
 	out := make([]netip.Addr, 0, len(addrs))
 	for _, a := range addrs {
-		out = append(out, a.Unmap())
+		out = append(out, a.Unmap().WithZone(""))
 	}
 	return out, nil
 }
