@@ -248,11 +248,17 @@ func (b *boxEgress) Serve(l net.Listener, dns net.PacketConn) {
 // Close implements box.Egress.
 func (b *boxEgress) Close() {
 	b.mu.Lock()
-	served := b.served
+	served, first := b.served, !b.closed
 	b.closed = true
 	b.mu.Unlock()
-	if served != nil {
-		served.Close()
+	if served == nil {
+		return
+	}
+	st := served.Close() // idempotent
+	if a := b.e.audit; a != nil && first {
+		// The box's totals, once: an intercepted tunnel's requests are events of
+		// their own whose bytes the tunnel's event counts too.
+		a.m.EgressBytes(st.BytesOut, st.BytesIn)
 	}
 }
 
@@ -280,7 +286,7 @@ func (b *boxEgress) event(ev egress.Event) {
 	if a == nil {
 		return
 	}
-	a.m.Egress(ev.Kind, ev.Allowed, ev.BytesOut, ev.BytesIn)
+	a.m.Egress(ev.Kind, ev.Allowed)
 	if a.log == nil {
 		return
 	}

@@ -180,9 +180,8 @@ func (m *Metrics) Redactions(byRule map[string]int) {
 	}
 }
 
-// Egress counts one decision of the egress proxy (via: http, connect or dns) and
-// the bytes of an allowed connection.
-func (m *Metrics) Egress(via string, allowed bool, bytesOut, bytesIn int64) {
+// Egress counts one decision of the egress proxy (via: http, connect or dns).
+func (m *Metrics) Egress(via string, allowed bool) {
 	if m == nil {
 		return
 	}
@@ -191,12 +190,15 @@ func (m *Metrics) Egress(via string, allowed bool, bytesOut, bytesIn int64) {
 		decision = "allowed"
 	}
 	m.egress.WithLabelValues(via, decision).Inc()
-	if bytesOut > 0 {
-		m.egressBytes.WithLabelValues("out").Add(float64(bytesOut))
+}
+
+// EgressBytes counts the bytes a box sent and received through the egress proxy.
+func (m *Metrics) EgressBytes(out, in int64) {
+	if m == nil {
+		return
 	}
-	if bytesIn > 0 {
-		m.egressBytes.WithLabelValues("in").Add(float64(bytesIn))
-	}
+	m.egressBytes.WithLabelValues("out").Add(float64(out))
+	m.egressBytes.WithLabelValues("in").Add(float64(in))
 }
 
 // SessionCreated counts a session started.
