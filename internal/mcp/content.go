@@ -121,6 +121,12 @@ func statusText(res *box.Result, figures int, inSession bool) string {
 	if res.Redactions > 0 {
 		fmt.Fprintf(&b, "\n[redacted] %d secret(s) in the output were replaced by [REDACTED:...] markers", res.Redactions)
 	}
+	if eg := res.Egress; eg != nil && eg.Refused > 0 {
+		fmt.Fprintf(&b, "\n[network] %d destination(s) refused by moat's egress proxy; only the profile's destinations are reachable:", eg.Refused)
+		for _, r := range eg.Refusals {
+			fmt.Fprintf(&b, "\n- %s (%s): %s", r.Dest, r.Via, r.Reason)
+		}
+	}
 	for _, w := range res.Warnings {
 		b.WriteString("\n[warning] " + w)
 	}

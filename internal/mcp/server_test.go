@@ -110,6 +110,7 @@ func TestExecuteResults(t *testing.T) {
 		"error":   {Status: box.StatusError, ExitCode: 1, Stderr: "Traceback...\nZeroDivisionError\n"},
 		"flood":   {Status: box.StatusOK, Stdout: "start" + big + "end", Truncated: true, Redactions: 2},
 		"silent":  {Status: box.StatusOK},
+		"refused": {Status: box.StatusError, ExitCode: 1, Egress: &box.EgressUsage{Refused: 1, Refusals: []box.EgressRefusal{{Dest: "evil.test:443", Via: "connect", Reason: "not in the allowlist"}}}},
 	}
 	eng.run = func(code string) box.Result { return results[code] }
 
@@ -125,6 +126,7 @@ func TestExecuteResults(t *testing.T) {
 		{"flood", false, []string{"[stdout]\nstart", "end\n", "bytes left out of", "moat://outputs/1/stdout", "[truncated]", "[redacted] 2 secret(s)"}},
 		{"silent", false, []string{"no output"}},
 		{"figure", false, []string{"1 figure(s) attached"}},
+		{"refused", true, []string{"[network] 1 destination(s) refused", "- evil.test:443 (connect): not in the allowlist"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.code, func(t *testing.T) {
@@ -196,12 +198,12 @@ func TestExecuteResults(t *testing.T) {
 			}
 		}
 	})
-	t.Run("a timeout is passed to the engine", func(t *testing.T) {
-		call(t, cs, "execute_shell", map[string]any{"command": "ok", "timeout_seconds": 7})
+	t.Run("a timeout and a network are passed to the engine", func(t *testing.T) {
+		call(t, cs, "execute_shell", map[string]any{"command": "ok", "timeout_seconds": 7, "network": "none"})
 		eng.mu.Lock()
 		last := eng.requests[len(eng.requests)-1]
 		eng.mu.Unlock()
-		if last.Language != "bash" || last.Limits.Timeout != 7*time.Second || last.Profile != "default" {
+		if last.Language != "bash" || last.Limits.Timeout != 7*time.Second || last.Profile != "default" || last.Network != "none" {
 			t.Errorf("request %+v", last)
 		}
 		if c := last.Caller; c.Principal != "alice" || c.FrontEnd != "mcp" || c.RequestID == "" || c.Remote != "" {

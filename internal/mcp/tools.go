@@ -39,17 +39,20 @@ type (
 		Code           string `json:"code" jsonschema:"the Python 3 program to run"`
 		TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds (default: the server's)"`
 		Profile        string `json:"profile,omitempty" jsonschema:"policy profile to run under (default: yours)"`
+		Network        string `json:"network,omitempty" jsonschema:"narrow the profile's network: none, or allow:HOST[:PORT],... naming only destinations the profile allows (default: the profile's)"`
 	}
 	executeShellArgs struct {
 		Command        string `json:"command" jsonschema:"the bash script to run (one or more lines)"`
 		TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds (default: the server's)"`
 		Profile        string `json:"profile,omitempty" jsonschema:"policy profile to run under (default: yours)"`
+		Network        string `json:"network,omitempty" jsonschema:"narrow the profile's network: none, or allow:HOST[:PORT],... naming only destinations the profile allows (default: the profile's)"`
 	}
 	sessionCreateArgs struct {
 		Language           string `json:"language,omitempty" jsonschema:"python (a persistent interpreter; the default) or bash (a persistent shell)"`
 		TimeoutSeconds     int    `json:"timeout_seconds,omitempty" jsonschema:"default wall-clock limit of each call, in seconds"`
 		IdleTimeoutSeconds int    `json:"idle_timeout_seconds,omitempty" jsonschema:"destroy the session after this many seconds without use (default and maximum: the server's)"`
 		Profile            string `json:"profile,omitempty" jsonschema:"policy profile of the session (default: yours)"`
+		Network            string `json:"network,omitempty" jsonschema:"narrow the profile's network: none, or allow:HOST[:PORT],... naming only destinations the profile allows (default: the profile's)"`
 	}
 	sessionExecuteArgs struct {
 		SessionID      string `json:"session_id" jsonschema:"the id session_create returned"`
@@ -209,7 +212,7 @@ func (s *Server) addTools(ms *sdk.Server, p *gate.Principal) {
 		InputSchema: inputSchema[executePythonArgs](adjust),
 		Annotations: runs,
 	}, func(ctx context.Context, c *client, in executePythonArgs) (*sdk.CallToolResult, error) {
-		return s.execute(ctx, c, "python", in.Code, in.TimeoutSeconds, in.Profile)
+		return s.execute(ctx, c, "python", in.Code, in.TimeoutSeconds, in.Profile, in.Network)
 	})
 
 	addTool(s, ms, p, &sdk.Tool{
@@ -221,7 +224,7 @@ func (s *Server) addTools(ms *sdk.Server, p *gate.Principal) {
 		InputSchema: inputSchema[executeShellArgs](adjust),
 		Annotations: runs,
 	}, func(ctx context.Context, c *client, in executeShellArgs) (*sdk.CallToolResult, error) {
-		return s.execute(ctx, c, "bash", in.Command, in.TimeoutSeconds, in.Profile)
+		return s.execute(ctx, c, "bash", in.Command, in.TimeoutSeconds, in.Profile, in.Network)
 	})
 
 	addTool(s, ms, p, &sdk.Tool{
@@ -329,7 +332,7 @@ func (s *Server) begin(p *gate.Principal) (func(), error) {
 }
 
 // execute runs one-shot code in a fresh box.
-func (s *Server) execute(ctx context.Context, c *client, lang, code string, seconds int, profile string) (*sdk.CallToolResult, error) {
+func (s *Server) execute(ctx context.Context, c *client, lang, code string, seconds int, profile, network string) (*sdk.CallToolResult, error) {
 	prof, err := c.p.PickProfile(profile)
 	if err != nil {
 		return nil, err
@@ -343,7 +346,7 @@ func (s *Server) execute(ctx context.Context, c *client, lang, code string, seco
 		return nil, err
 	}
 	defer release()
-	res, err := s.eng.Execute(ctx, &engine.Request{Language: lang, Code: []byte(code), Profile: prof, Limits: box.Limits{Timeout: d}, Caller: caller(ctx)})
+	res, err := s.eng.Execute(ctx, &engine.Request{Language: lang, Code: []byte(code), Profile: prof, Limits: box.Limits{Timeout: d}, Network: network, Caller: caller(ctx)})
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +380,7 @@ func (s *Server) sessionCreate(ctx context.Context, c *client, in sessionCreateA
 	}
 	defer release()
 	info, err := s.eng.CreateSession(ctx, &engine.SessionRequest{
-		Owner: c.owner, Language: lang, Profile: prof, Limits: box.Limits{Timeout: d},
+		Owner: c.owner, Language: lang, Profile: prof, Limits: box.Limits{Timeout: d}, Network: in.Network,
 		IdleTTL: time.Duration(in.IdleTimeoutSeconds) * time.Second, MaxSessions: max, Caller: caller(ctx),
 	})
 	if err != nil {
