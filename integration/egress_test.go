@@ -11,8 +11,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/moat-sandbox/moat/internal/api"
@@ -475,4 +477,27 @@ func hasPrefix(list []string, prefix string) bool {
 		}
 	}
 	return false
+}
+
+// TestEgressRootless: moat started by an ordinary user gives boxes the same way out
+// (the box's init makes the sockets in its own user and network namespaces).
+func TestEgressRootless(t *testing.T) {
+	testutil.RequireRoot(t) // to switch to the other user
+	up := newUpstream(t, false)
+	cred := &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}
+	code := egressProbe + fmt.Sprintf(`
+get("http://127.0.0.1:%s/")
+get("http://refused.test/")
+`, up.port())
+	o := moatExecAs(t, cred, code, "run", "--json", "--profile", "open", "--lang", "python", "--network", "allow:127.0.0.1:"+up.port())
+	got := fetches(t, o)
+	if len(got) != 2 || got[0].Status != float64(200) || got[1].Status != float64(403) {
+		t.Fatalf("fetches %+v\n%s", got, o)
+	}
+	if !slices.Contains(o.res.Isolation, "rootless") || !hasPrefix(o.res.Isolation, "egress_proxy") {
+		t.Errorf("isolation %v", o.res.Isolation)
+	}
+	if len(up.headers()) != 1 {
+		t.Errorf("the upstream saw %d requests, want 1", len(up.headers()))
+	}
 }
