@@ -485,6 +485,11 @@ profiles:
       allow: [ls, bash]
   fine:
     extends: strict
+  web:
+    extends: strict
+    network: {mode: open}
+network:
+  allow_open: true
 filter:
   disable: [aws_key]
 `)
@@ -496,6 +501,8 @@ filter:
 		`profile "loose": python.deny_builtins is empty: eval, exec and compile are allowed, so the static checks can be bypassed`,
 		`profile "loose": python.deny_attributes is empty: the known sandbox escape gadgets are not blocked`,
 		`profile "loose": shell.allow includes "bash", which can run any other command`,
+		`profile "web": network is open: its code may reach any public host through the egress proxy`,
+		"network.allow_open is set: profiles and local runs may give code open network access (public hosts, through the egress proxy)",
 		`filter rule "aws_key" is disabled: what it matches is no longer redacted from output`,
 	}
 	if got := c.Warnings(); !slices.Equal(got, want) {

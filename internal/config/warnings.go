@@ -21,7 +21,7 @@ var commandRunners = []string{
 // shell policy without rules or whose allow list contains a command runner;
 // default filter rules turned off; a server listening on a non-loopback address
 // (moat serves plain HTTP), and with public metrics; an audit trail that is
-// disabled or fails open. The caller logs them at startup and shows them
+// disabled or fails open; open network access allowed, and profiles that use it. The caller logs them at startup and shows them
 // in the API and console. Default() has none.
 func (c *Config) Warnings() []string {
 	var w []string
@@ -43,6 +43,12 @@ func (c *Config) Warnings() []string {
 			continue // Validate reports it
 		}
 		w = append(w, profileWarnings(name, p)...)
+		if p.Network.Mode == NetworkOpen {
+			w = append(w, fmt.Sprintf("profile %q: network is open: its code may reach any public host through the egress proxy", name))
+		}
+	}
+	if c.Network.AllowOpen {
+		w = append(w, "network.allow_open is set: profiles and local runs may give code open network access (public hosts, through the egress proxy)")
 	}
 	for _, r := range c.Filter.Disable {
 		w = append(w, fmt.Sprintf("filter rule %q is disabled: what it matches is no longer redacted from output", r))
