@@ -208,6 +208,21 @@ func checkResolvedNetwork(ps *problems, path string, n NetworkPolicy) {
 	}
 }
 
+// NetworkSecretEnv lists the variables of moat's environment that hold the egress
+// proxy's secrets (from_env of every profile's secrets).
+func (c *Config) NetworkSecretEnv() []string {
+	var out []string
+	for _, p := range c.Profiles {
+		for _, s := range p.Network.Secrets {
+			if !slices.Contains(out, s.FromEnv) {
+				out = append(out, s.FromEnv)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // checkNetworkSettings checks the top-level network settings.
 func (c *Config) checkNetworkSettings(ps *problems) {
 	for _, name := range slices.Sorted(maps.Keys(c.Network.Hosts)) {

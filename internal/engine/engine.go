@@ -71,7 +71,11 @@ func New(cfg *config.Config, backend box.Backend, environ []string, log *slog.Lo
 	if err := cfg.CheckFilterNames(ruleNames(filter.DefaultRules()), ruleNames(filter.OptInRules())); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
-	red, err := buildRedactor(cfg.Filter, environ)
+	fc := cfg.Filter
+	// The egress proxy's secrets never enter a box; should one come back anyway
+	// (echoed by the host it was sent to), the filter redacts it.
+	fc.SecretEnv = append(slices.Clone(fc.SecretEnv), cfg.NetworkSecretEnv()...)
+	red, err := buildRedactor(fc, environ)
 	if err != nil {
 		return nil, err
 	}

@@ -111,3 +111,17 @@ func TestNetworkSecretMissing(t *testing.T) {
 		t.Fatalf("err %v, spec %v", err, rec.spec)
 	}
 }
+
+// TestNetworkSecretRedacted: should a secret's real value come back into a box's
+// output (a host that echoes it), the filter redacts it.
+func TestNetworkSecretRedacted(t *testing.T) {
+	rec := &recorder{res: box.Result{Status: box.StatusOK}, output: "echoed: real-value-12345\n"}
+	e := newTestEngine(t, netConfig, rec, "MOAT_REAL_TOKEN=real-value-12345")
+	res, err := e.Execute(context.Background(), &Request{Language: "bash", Code: []byte("true")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(res.Stdout, "real-value-12345") || res.Redactions != 1 {
+		t.Fatalf("stdout %q, %d redactions", res.Stdout, res.Redactions)
+	}
+}
