@@ -3,7 +3,7 @@
 GO ?= go
 export CGO_ENABLED = 0
 
-.PHONY: build test unit bench lint
+.PHONY: build test unit bench lint backends
 build:
 	$(GO) build -trimpath -o moat ./cmd/moat
 
@@ -18,3 +18,7 @@ bench: build
 
 lint:
 	./scripts/lint
+
+# Docker, runsc and the debootstrapped test image (root; scripts/test runs it too).
+backends:
+	./scripts/backends

@@ -1,0 +1,219 @@
+package docker
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+
+	"github.com/moat-sandbox/moat/internal/box"
+)
+
+// Labels every moat container carries. Sweep finds leftovers by them.
+const (
+	// LabelBox marks a container as a moat box (value "1").
+	LabelBox = "dev.moat.box"
+	// LabelOwner names the moat process that made the container: "<pid>@<hostname>".
+	LabelOwner = "dev.moat.owner"
+	// LabelOwnerStart is the owner's start time in clock ticks since boot
+	// (/proc/<pid>/stat field 22), so that a recycled pid is not taken for the owner.
+	// Empty where the start time is unknown.
+	LabelOwnerStart = "dev.moat.owner-start"
+)
+
+// Paths inside the container.
+const (
+	// AgentPath is where the moat binary is bind-mounted, read-only.
+	AgentPath = "/.moat-agent/moat"
+	// TmpDir is the box's tmpfs /tmp.
+	TmpDir = "/tmp"
+)
+
+// BoxUID and BoxGID are the user the code runs as when ContainerParams leaves it zero:
+// nobody/nogroup, as in the native backend.
+const (
+	BoxUID = 65534
+	BoxGID = 65534
+)
+
+// StopTimeout is how long Docker waits between SIGTERM and SIGKILL when it stops a box
+// (docker stop, daemon shutdown). moat itself kills with SIGKILL; nothing in a box has
+// state worth a grace period.
+const StopTimeout = 1
+
+// ContainerParams describes one box container. The zero value of every limit is the
+// default of box.DefaultLimits, never "unlimited".
+type ContainerParams struct {
+	// Image is the image to run, e.g. "moat-test-python:bookworm". Required.
+	Image string
+	// Name is the container's name; empty lets Docker choose one.
+	Name string
+	// Entrypoint and Cmd replace the image's; the agent will be the entrypoint.
+	Entrypoint []string
+	Cmd        []string
+	// Env holds KEY=VALUE pairs added to the image's environment.
+	Env []string
+	// UID and GID are the user the container's processes run as. Zero means
+	// BoxUID/BoxGID: a box never runs as root.
+	UID, GID int
+	// Runtime is the OCI runtime registered with the daemon, e.g. "runsc" for gVisor;
+	// empty uses the daemon's default (runc).
+	Runtime string
+	// Limits bound the box; zero fields take box.DefaultLimits. Timeout and Output are
+	// the caller's to enforce; Disk sizes /workspace, Tmp sizes /tmp and /dev/shm.
+	Limits box.Limits
+	// AgentHostPath is the host path of the moat binary, bind-mounted read-only at
+	// AgentPath; empty mounts nothing. It must be absolute.
+	AgentHostPath string
+	// Stdin opens the container's stdin for one attached client (closed when that
+	// client closes its write side).
+	Stdin bool
+	// Labels are added to the container's labels; they cannot replace LabelBox,
+	// LabelOwner or LabelOwnerStart.
+	Labels map[string]string
+	// Owner is recorded in LabelOwner and LabelOwnerStart; zero means CurrentOwner().
+	Owner Owner
+}
+
+// Owner identifies the moat process that owns a container.
+type Owner struct {
+	PID   int
+	Host  string
+	Start uint64 // clock ticks since boot; 0 if unknown
+}
+
+// String formats o as LabelOwner's value: "<pid>@<host>".
+func (o Owner) String() string { return strconv.Itoa(o.PID) + "@" + o.Host }
+
+// CurrentOwner returns this process as an Owner.
+func CurrentOwner() Owner {
+	host, _ := os.Hostname()
+	pid := os.Getpid()
+	start, _ := processStart(pid)
+	return Owner{PID: pid, Host: host, Start: start}
+}
+
+// parseOwner reads LabelOwner's value back; ok is false if it is malformed.
+func parseOwner(label string) (pid int, host string, ok bool) {
+	p, h, found := strings.Cut(label, "@")
+	if !found || h == "" {
+		return 0, "", false
+	}
+	pid, err := strconv.Atoi(p)
+	if err != nil || pid <= 0 {
+		return 0, "", false
+	}
+	return pid, h, true
+}
+
+// HardenedConfig builds the configuration of one box container from p. It talks to no
+// daemon. What each setting is for:
+//
+//   - NetworkMode "none": the container has a loopback interface and nothing else.
+//   - ReadonlyRootfs: the image cannot be changed; only the tmpfs mounts are writable.
+//   - Tmpfs /tmp (Limits.Tmp, mode 1777) and /workspace (Limits.Disk, mode 0755, owned
+//     by UID:GID): nosuid and nodev, but exec, as in the native backend. noexec would not
+//     be a boundary (an interpreter runs any file it can read) and would break users
+//     who build and run a helper in their workspace. tmpfs pages count against the
+//     container's memory limit.
+//   - ShmSize = Limits.Tmp for /dev/shm (Docker mounts it noexec, nosuid, nodev).
+//   - CapDrop ALL and SecurityOpt no-new-privileges:true: no capabilities, and no way to
+//     gain any through setuid binaries or file capabilities in the image.
+//   - No seccomp option: Docker's default profile stays in force. Never
+//     seccomp=unconfined.
+//   - User UID:GID, never root.
+//   - PidsLimit, Memory with MemorySwap equal to it (no swap on top of the memory
+//     limit), NanoCPUs, and a nofile ulimit from Limits.OpenFiles.
+//   - IpcMode private and CgroupnsMode private: no sharing with the host or other
+//     containers whatever the daemon's defaults.
+//   - Init false: the agent will be PID 1 and reaps the box's processes itself.
+//   - One host mount: AgentHostPath read-only (and not recursive) at AgentPath.
+//   - LogConfig "none": the box's output goes to the attached client and is never
+//     written to the host's disk (json-file, Docker's default, has no size cap in 20.10
+//     and would keep untrusted output, secrets included, after the box is gone).
+//   - AutoRemove false: moat removes the box itself after reading its exit state.
+//   - Labels LabelBox, LabelOwner and LabelOwnerStart for Sweep.
+//   - Attach stdout and stderr (and stdin when p.Stdin), no TTY: a multiplexed stream.
+func HardenedConfig(p ContainerParams) (*container.Config, *container.HostConfig) {
+	lim := p.Limits.WithDefaults()
+	uid, gid := p.UID, p.GID
+	if uid == 0 {
+		uid = BoxUID
+	}
+	if gid == 0 {
+		gid = BoxGID
+	}
+	owner := p.Owner
+	if owner == (Owner{}) {
+		owner = CurrentOwner()
+	}
+
+	labels := make(map[string]string, len(p.Labels)+3)
+	maps.Copy(labels, p.Labels)
+	labels[LabelBox] = "1"
+	labels[LabelOwner] = owner.String()
+	labels[LabelOwnerStart] = ""
+	if owner.Start != 0 {
+		labels[LabelOwnerStart] = strconv.FormatUint(owner.Start, 10)
+	}
+
+	stopTimeout := StopTimeout
+	cfg := &container.Config{
+		Image:        p.Image,
+		User:         fmt.Sprintf("%d:%d", uid, gid),
+		Env:          append([]string(nil), p.Env...),
+		Entrypoint:   append([]string(nil), p.Entrypoint...),
+		Cmd:          append([]string(nil), p.Cmd...),
+		WorkingDir:   box.WorkspaceDir,
+		Labels:       labels,
+		StopTimeout:  &stopTimeout,
+		AttachStdin:  p.Stdin,
+		OpenStdin:    p.Stdin,
+		StdinOnce:    p.Stdin,
+		AttachStdout: true,
+		AttachStderr: true,
+	}
+
+	noInit := false
+	pids := lim.Pids
+	host := &container.HostConfig{
+		NetworkMode:    "none",
+		ReadonlyRootfs: true,
+		Tmpfs: map[string]string{
+			TmpDir:           fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", lim.Tmp),
+			box.WorkspaceDir: fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=0755,uid=%d,gid=%d", lim.Disk, uid, gid),
+		},
+		ShmSize:      lim.Tmp,
+		CapDrop:      []string{"ALL"},
+		SecurityOpt:  []string{"no-new-privileges:true"},
+		IpcMode:      container.IPCModePrivate,
+		CgroupnsMode: container.CgroupnsModePrivate,
+		Init:         &noInit,
+		AutoRemove:   false,
+		LogConfig:    container.LogConfig{Type: "none"},
+		Runtime:      p.Runtime,
+		Resources: container.Resources{
+			Memory:     lim.Memory,
+			MemorySwap: lim.Memory,
+			NanoCPUs:   int64(lim.CPUs * 1e9),
+			PidsLimit:  &pids,
+			Ulimits: []*container.Ulimit{
+				{Name: "nofile", Soft: lim.OpenFiles, Hard: lim.OpenFiles},
+			},
+		},
+	}
+	if p.AgentHostPath != "" {
+		host.Mounts = []mount.Mount{{
+			Type:        mount.TypeBind,
+			Source:      p.AgentHostPath,
+			Target:      AgentPath,
+			ReadOnly:    true,
+			BindOptions: &mount.BindOptions{NonRecursive: true},
+		}}
+	}
+	return cfg, host
+}

@@ -1,0 +1,48 @@
+// Package docker is a small layer over the Docker Engine API (github.com/moby/moby/client)
+// for the docker backend: it connects to a daemon, builds the hardened container
+// configuration every moat box uses, drives a container's life (create, attach, start,
+// wait, kill, remove) and sweeps away the leftovers of a crashed moat.
+//
+// It makes no box by itself: the backend on top of it decides what runs in the container
+// (the in-box agent) and maps outcomes to box.Result.
+//
+// # Connecting
+//
+//	e, err := docker.Connect(ctx, "") // DOCKER_HOST, or unix:///var/run/docker.sock
+//	if err != nil { ... }             // errors.Is(err, docker.ErrDaemonUnreachable)
+//	defer e.Close()
+//
+// The client negotiates the API version down to what the daemon speaks: 1.41 for
+// Debian bookworm's docker.io 20.10. The client refuses daemons older than API 1.40.
+//
+// # The hardened container
+//
+// HardenedConfig turns ContainerParams into the container.Config and
+// container.HostConfig of one box. It is a pure function, so the flag set is unit-tested
+// without a daemon; see its doc comment for each setting and why it is there. In short:
+// no network, read-only root, tmpfs /tmp and /workspace with sizes, all capabilities
+// dropped, no-new-privileges, Docker's default seccomp profile, a non-root user,
+// pids/memory(=swap)/CPU limits, no host mounts except the moat binary read-only at
+// AgentPath, the moat labels, and no log driver (output is never stored on the host).
+//
+// # One run
+//
+//	c, err := e.Create(ctx, p)         // c.Warnings: limits the daemon could not apply
+//	s, err := e.Attach(ctx, c.ID)      // before Start, so no output is missed
+//	err = e.Start(ctx, c.ID)
+//	// write s.Stdin, drain s.Stdout and s.Stderr concurrently
+//	exit, err := e.Wait(ctx, c.ID)     // exit.Code, exit.OOMKilled
+//	err = e.Remove(ctx, c.ID, true)
+//
+// # Leftovers
+//
+// Every container carries LabelBox and LabelOwner ("<pid>@<hostname>", plus the owner's
+// start time in LabelOwnerStart so a recycled pid is not mistaken for the owner). Sweep
+// removes the containers whose owner on this host is gone; moat calls it on start.
+//
+// # Host requirements
+//
+// A Docker daemon speaking API 1.40 or later (docker.io 20.10 on bookworm), reachable by
+// the caller (root, or the docker group: which is root-equivalent). For runtime "runsc",
+// gVisor registered in /etc/docker/daemon.json; scripts/backends does both on Debian.
+package docker
