@@ -123,6 +123,9 @@ func stepErr(step string, err error) error {
 // Preconditions: must be called with the OS thread locked.
 func setup(s *initSpec, sync *os.File) (landlockABI int, err error) {
 	defer s.lap("setup-end")
+	if s.Container {
+		return setupContained(s, sync)
+	}
 	if err := mountRootfs(s); err != nil {
 		return 0, stepErr(StepMount, err)
 	}
@@ -174,13 +177,42 @@ func (s *initSpec) connectPorts() []uint16 {
 	return nil
 }
 
+// setupContained is setup in a box another runtime made (initSpec.Container): its
+// namespaces, read-only root, /tmp, /workspace and /.moat (a tmpfs) exist, its limits
+// hold, and init runs as the box's user with no capabilities and no_new_privs. Init
+// places the code and the files, and confines itself as in a native box (rlimits but
+// RLIMIT_NPROC, which would count every process of the user on the host: the
+// runtime's pids limit holds instead; Landlock where the runtime allows it; moat's
+// seccomp filter on top of the runtime's).
+// Preconditions: must be called with the OS thread locked.
+func setupContained(s *initSpec, sync *os.File) (landlockABI int, err error) {
+	s.Pids = 0
+	if err := writeCode(s, ""); err != nil {
+		return 0, stepErr(StepMount, err)
+	}
+	if err := awaitGo(sync); err != nil {
+		return 0, stepErr(StepAwaitGo, err)
+	}
+	if err := copyFiles(s); err != nil {
+		return 0, stepErr(StepFiles, err)
+	}
+	if err := setRlimits(s); err != nil {
+		return 0, stepErr(StepRlimits, err)
+	}
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) //nolint:errcheck // cannot fail for 0
+	return confine(s, false, nil)
+}
+
 // confine applies, in order, the protections that need no further privilege from the
 // caller: an empty bounding set (and, with dropAll, no capabilities at all),
 // no_new_privs, Landlock (which needs no_new_privs) and seccomp (last: it forbids
 // what the earlier steps use). Every process the caller forks inherits them.
 // Preconditions: must be called with the OS thread locked.
 func confine(s *initSpec, dropAll bool, connect []uint16) (landlockABI int, err error) {
-	if err := caps.DropBounding(); err != nil {
+	if s.Container {
+		// Nothing to drop: a contained init has no capabilities, and the bounding
+		// set is the runtime's to clear (it needs CAP_SETPCAP).
+	} else if err := caps.DropBounding(); err != nil {
 		return 0, stepErr(StepCaps, err)
 	}
 	if dropAll {
@@ -226,6 +258,15 @@ func devicePaths() []string {
 	return out
 }
 
+// nprocLimit is init's RLIMIT_NPROC: the code's plus init's own threads; unlimited
+// when pids is 0 (a contained box, bounded by its runtime's pids limit).
+func nprocLimit(pids int64) uint64 {
+	if pids == 0 {
+		return unix.RLIM_INFINITY
+	}
+	return uint64(pids + initReserve)
+}
+
 func setRlimits(s *initSpec) error {
 	limits := []struct {
 		res  int
@@ -234,7 +275,7 @@ func setRlimits(s *initSpec) error {
 	}{
 		{unix.RLIMIT_CORE, "core", 0},
 		{unix.RLIMIT_NOFILE, "nofile", uint64(s.OpenFiles)},
-		{unix.RLIMIT_NPROC, "nproc", uint64(s.Pids + initReserve)}, // the code's own: codeRlimits
+		{unix.RLIMIT_NPROC, "nproc", nprocLimit(s.Pids)}, // the code's own: codeRlimits
 		{unix.RLIMIT_CPU, "cpu", s.CPUSecs},
 	}
 	for _, l := range limits {
@@ -404,15 +445,19 @@ func startCode(s *initSpec, argv []string) (int, error) {
 		if request != 0 {
 			files = append(files, request) // the code's fd 4
 		}
+		attr := &syscall.SysProcAttr{
+			Credential: &syscall.Credential{Uid: boxUID, Gid: boxGID, Groups: []uint32{}},
+			Setsid:     true,
+			Pdeathsig:  syscall.SIGKILL,
+		}
+		if s.Container {
+			attr.Credential = nil // init already is the box's user, with no privilege to change it
+		}
 		pid, err = syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
 			Dir:   "/workspace",
 			Env:   s.Env,
 			Files: files,
-			Sys: &syscall.SysProcAttr{
-				Credential: &syscall.Credential{Uid: boxUID, Gid: boxGID, Groups: []uint32{}},
-				Setsid:     true,
-				Pdeathsig:  syscall.SIGKILL,
-			},
+			Sys:   attr,
 		})
 		if err == nil {
 			err = setCodeRlimits(pid, s.Pids, s.AddressSpace) // rootless: the second stage set them before exec

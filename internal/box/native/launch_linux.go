@@ -4,12 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
-	"strconv"
-	"syscall"
 
 	"github.com/moat-sandbox/moat/internal/box"
-	"github.com/moat-sandbox/moat/internal/linux/cgroup"
 	"github.com/moat-sandbox/moat/internal/linux/seccomp"
 )
 
@@ -28,13 +24,10 @@ type launchSpec struct {
 	egress box.Egress
 }
 
-// boxProc is a started box: init runs in its namespaces, waiting for the spec. The
-// caller hands it over (handOver), reads its pipes, waits for cmd, and must call
-// release once done.
+// boxProc is a started box: init runs, waiting for the spec. The caller hands it over
+// (handOver), reads its pipes, waits for proc, and must call release once done.
 type boxProc struct {
-	cmd      *exec.Cmd
-	cg       *cgroup.Box // nil without cgroups
-	rootless bool
+	proc Proc
 	// sock is the parent's end of the sync socket.
 	sock *os.File
 	// The parent's ends of the code's pipes; reportR and requestW only when asked for.
@@ -46,44 +39,29 @@ type boxProc struct {
 
 	is      *initSpec
 	filterc <-chan filterResult
-	exe     *os.File
 }
 
-// launch creates the box's cgroup and starts init in fresh namespaces. Nothing the
-// caller controls runs yet: init waits for the spec (handOver).
+// launch makes init's fds and starts init (through the backend's Starter: in fresh
+// namespaces of this host unless the backend has another). Nothing the caller
+// controls runs yet: init waits for the spec (handOver).
 func (b *Backend) launch(ls launchSpec, tr *phaseTrace) (_ *boxProc, err error) {
-	rootless := os.Geteuid() != 0
+	st, contained := b.starter()
+	rootless := os.Geteuid() != 0 && !contained
 	lim := ls.limits
 	// The seccomp filter is assembled here, once per process and concurrently with
 	// starting the box, so init only loads it.
 	filterc := make(chan filterResult, 1)
 	go func() { b, err := seccomp.Encoded(); filterc <- filterResult{b, err} }()
-	bp := &boxProc{rootless: rootless, filterc: filterc}
+	bp := &boxProc{filterc: filterc}
 	defer func() {
 		if err != nil {
 			bp.release(b.log(), tr)
 		}
 	}()
+	// A contained box's pipes end in this process (its Starter carries them across);
+	// a native box's are the code's own.
+	pipe := func() (*os.File, *os.File, error) { return boxPipe(rootless || contained) }
 
-	cg, cgErr := cgroup.New(boxName(), cgroup.Limits{MemoryBytes: lim.Memory, Pids: lim.Pids + initReserve, CPUs: lim.CPUs})
-	if cgErr != nil && !rootless && cgroup.Detect().Version != cgroup.None {
-		// The host has cgroups and we are root: failing to use them is a broken
-		// machine, not a reason to run the code with weaker limits.
-		return nil, fmt.Errorf("create the box's cgroup: %w", cgErr)
-	}
-	if cgErr != nil {
-		bp.warnings = append(bp.warnings, "cgroups unavailable ("+cgErr.Error()+"): memory is limited by RLIMIT_AS, processes by RLIMIT_NPROC, CPU time by RLIMIT_CPU only")
-		b.log().Debug("cgroups unavailable, falling back to rlimits", "err", cgErr) // the result's warnings say it
-	} else {
-		bp.cg = cg
-	}
-	tr.mark("cgroup")
-
-	exe, hostExe, err := openSelf()
-	if err != nil {
-		return nil, err
-	}
-	bp.exe = exe
 	parentSock, childSock, err := socketpair()
 	if err != nil {
 		return nil, err
@@ -91,11 +69,11 @@ func (b *Backend) launch(ls launchSpec, tr *phaseTrace) (_ *boxProc, err error) 
 	bp.sock = parentSock
 	defer childSock.Close()
 	var stdoutW, stderrW *os.File
-	if bp.stdoutR, stdoutW, err = boxPipe(rootless); err != nil {
+	if bp.stdoutR, stdoutW, err = pipe(); err != nil {
 		return nil, err
 	}
 	defer stdoutW.Close()
-	if bp.stderrR, stderrW, err = boxPipe(rootless); err != nil {
+	if bp.stderrR, stderrW, err = pipe(); err != nil {
 		return nil, err
 	}
 	defer stderrW.Close()
@@ -103,14 +81,17 @@ func (b *Backend) launch(ls launchSpec, tr *phaseTrace) (_ *boxProc, err error) 
 	is := ls.init
 	is.TmpBytes, is.DiskBytes = lim.Tmp, lim.Disk
 	is.Pids, is.OpenFiles = lim.Pids, lim.OpenFiles
-	is.HostExe, is.Trace, is.Rootless = hostExe, traceEnabled, rootless
-	if bp.cg == nil {
-		is.AddressSpace = lim.Memory
+	is.Trace, is.Rootless, is.Container = traceEnabled, rootless, contained
+	if !contained {
+		if is.HostExe, err = selfPath(); err != nil {
+			return nil, err
+		}
 	}
-	extra := []*os.File{childSock, exe}
-	for i, f := range ls.files {
-		is.Files = append(is.Files, initFile{Dest: f.Dest, FD: fdFirstFile + i})
-		extra = append(extra, f.Src)
+	// fdSync, then fdExe (the native Starter puts the binary there), then the rest.
+	fds := []FD{{File: childSock, Dir: FDBoth}, {Dir: FDNone}}
+	for _, f := range ls.files {
+		is.Files = append(is.Files, initFile{Dest: f.Dest, FD: fdSync + len(fds)})
+		fds = append(fds, FD{File: f.Src, Dir: FDIn})
 	}
 	// The init's ends of the extra pipes are closed once init holds them.
 	var childEnds []*os.File
@@ -121,23 +102,12 @@ func (b *Backend) launch(ls launchSpec, tr *phaseTrace) (_ *boxProc, err error) 
 	}()
 	if ls.report {
 		var w *os.File
-		if bp.reportR, w, err = boxPipe(rootless); err != nil {
+		if bp.reportR, w, err = pipe(); err != nil {
 			return nil, err
 		}
 		childEnds = append(childEnds, w)
-		is.ReportFD = fdSync + len(extra) // ExtraFiles[i] is fd 3+i in init
-		extra = append(extra, w)
-	}
-	var egressSock *os.File
-	if ls.egress != nil {
-		parent, child, err := socketpair()
-		if err != nil {
-			return nil, err
-		}
-		egressSock, bp.egress = parent, ls.egress
-		childEnds = append(childEnds, child)
-		is.EgressFD = fdSync + len(extra)
-		extra = append(extra, child)
+		is.ReportFD = fdSync + len(fds)
+		fds = append(fds, FD{File: w, Dir: FDOut})
 	}
 	if ls.request {
 		r, w, err := os.Pipe()
@@ -146,34 +116,39 @@ func (b *Backend) launch(ls launchSpec, tr *phaseTrace) (_ *boxProc, err error) 
 		}
 		bp.requestW = w
 		childEnds = append(childEnds, r)
-		is.RequestFD = fdSync + len(extra)
-		extra = append(extra, r)
+		is.RequestFD = fdSync + len(fds)
+		fds = append(fds, FD{File: r, Dir: FDIn})
+	}
+	var egressSock *os.File
+	if ls.egress != nil {
+		if contained {
+			return nil, fmt.Errorf("this backend has no egress yet: network must be none")
+		}
+		parent, child, err := socketpair()
+		if err != nil {
+			return nil, err
+		}
+		egressSock, bp.egress = parent, ls.egress
+		childEnds = append(childEnds, child)
+		is.EgressFD = fdSync + len(fds)
+		fds = append(fds, FD{File: child, Dir: FDBoth})
 	}
 	bp.is = &is
-
-	cmd := &exec.Cmd{
-		Path:        "/proc/self/fd/" + strconv.Itoa(fdExe),
-		Args:        []string{"moat-init", InitRole},
-		Env:         []string{},
-		Stdout:      stdoutW,
-		Stderr:      stderrW,
-		ExtraFiles:  extra,
-		SysProcAttr: initAttr(rootless),
-	}
-	if bp.cg != nil {
-		if fd, ok := bp.cg.FD(); ok {
-			cmd.SysProcAttr.UseCgroupFD = true
-			cmd.SysProcAttr.CgroupFD = fd
-		}
-	}
 	tr.mark("prepare")
-	if err := cmd.Start(); err != nil {
+
+	proc, err := st.Start(&StartRequest{FDs: fds, Stdout: stdoutW, Stderr: stderrW, Limits: lim})
+	if err != nil {
 		if egressSock != nil {
 			egressSock.Close()
 		}
-		return nil, startError(err, rootless)
+		return nil, err
 	}
-	bp.cmd = cmd
+	bp.proc = proc
+	bp.warnings = proc.Warnings()
+	if !proc.LimitsMemory() {
+		bp.is.AddressSpace = lim.Memory // the fallback: RLIMIT_AS
+	}
+	tr.mark("start")
 	if egressSock != nil {
 		go func() {
 			if err := receiveEgress(egressSock, ls.egress); err != nil {
@@ -181,26 +156,23 @@ func (b *Backend) launch(ls launchSpec, tr *phaseTrace) (_ *boxProc, err error) 
 			}
 		}()
 	}
-	tr.mark("start")
 	return bp, nil
 }
 
-// handOver sends init its spec, moves init into the box's cgroup where that could not
-// happen at clone time (v1), then lets it go. On failure the box is killed and the
+// handOver sends init its spec, places init (into the box's cgroup, where that could
+// not happen at start: v1), then lets it go. On failure the box is killed and the
 // error says why; the caller still waits for it.
 func (bp *boxProc) handOver() error {
 	filter := <-bp.filterc
 	bp.is.Seccomp = filter.prog
 	err := filter.err
 	if err == nil {
-		// The spec goes first so init builds the root while it is moved into the
-		// cgroup (v1); the go frame releases it once it is there.
+		// The spec goes first so init builds the root while it is placed (v1); the
+		// go frame releases it once it is there.
 		err = writeFrame(bp.sock, bp.is)
 	}
-	if err == nil && bp.cg != nil {
-		if _, ok := bp.cg.FD(); !ok {
-			err = bp.cg.AddProc(bp.cmd.Process.Pid)
-		}
+	if err == nil {
+		err = bp.proc.Placed()
 	}
 	if err == nil {
 		err = writeFrame(bp.sock, goFrame{Go: true})
@@ -212,20 +184,17 @@ func (bp *boxProc) handOver() error {
 	return err
 }
 
-// kill ends init, and with it the PID namespace and every process of the box.
+// kill ends init, and with it every process of the box.
 func (bp *boxProc) kill() {
-	if bp.cmd != nil && bp.cmd.Process != nil {
-		_ = bp.cmd.Process.Signal(syscall.SIGKILL)
-	}
-	if bp.cg != nil {
-		_ = bp.cg.Kill()
+	if bp.proc != nil {
+		bp.proc.Kill()
 	}
 }
 
-// release closes the parent's ends and removes the cgroup. The caller has waited for
-// init (or never started it).
+// release closes the parent's ends and frees the box's resources (its cgroup, its
+// container). The caller has waited for init (or never started it).
 func (bp *boxProc) release(log *slog.Logger, tr *phaseTrace) {
-	for _, f := range []*os.File{bp.sock, bp.stdoutR, bp.stderrR, bp.reportR, bp.requestW, bp.exe} {
+	for _, f := range []*os.File{bp.sock, bp.stdoutR, bp.stderrR, bp.reportR, bp.requestW} {
 		if f != nil {
 			f.Close()
 		}
@@ -233,9 +202,9 @@ func (bp *boxProc) release(log *slog.Logger, tr *phaseTrace) {
 	if bp.egress != nil {
 		bp.egress.Close()
 	}
-	if bp.cg != nil {
-		if err := bp.cg.Destroy(); err != nil {
-			log.Error("destroy cgroup", "err", err)
+	if bp.proc != nil {
+		if err := bp.proc.Release(); err != nil {
+			log.Error("release box", "err", err)
 		}
 		tr.mark("destroy")
 	}

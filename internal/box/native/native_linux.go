@@ -40,10 +40,27 @@ const (
 type Backend struct {
 	// Log receives operational messages; nil means slog.Default().
 	Log *slog.Logger
+	// Starter, when set, starts each box's init (in a container, say) instead of
+	// fresh namespaces of this host, and Label names the backend.
+	Starter Starter
+	Label   string
 }
 
 // Name implements box.Backend.
-func (*Backend) Name() string { return "native" }
+func (b *Backend) Name() string {
+	if b.Label != "" {
+		return b.Label
+	}
+	return "native"
+}
+
+// starter returns how boxes are started, and whether that is in container mode.
+func (b *Backend) starter() (Starter, bool) {
+	if b.Starter != nil {
+		return b.Starter, true
+	}
+	return nsStarter{rootless: os.Geteuid() != 0}, false
+}
 
 func (b *Backend) log() *slog.Logger {
 	if b.Log != nil {
@@ -87,7 +104,7 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 		return nil, err
 	}
 	defer bp.release(b.log(), tr)
-	cmd, cg, rootless := bp.cmd, bp.cg, bp.rootless
+	proc := bp.proc
 	stdoutR, stderrR, reportR := bp.stdoutR, bp.stderrR, bp.reportR
 	kill := bp.kill
 	res := &box.Result{Warnings: bp.warnings}
@@ -111,7 +128,7 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 	go func() { msgc <- readReport(bp.sock) }()
 	specErr := bp.handOver()
 	waitc := make(chan error, 1)
-	go func() { waitc <- cmd.Wait() }()
+	go func() { waitc <- proc.Wait() }()
 
 	timer := time.NewTimer(lim.Timeout)
 	defer timer.Stop()
@@ -141,9 +158,7 @@ wait:
 	tr.mark("run")
 	waitedAt := time.Now()
 	defer func() { res.Timing.Teardown = time.Since(waitedAt) }()
-	if cg != nil {
-		_ = cg.Kill() // init is gone, so is its PID namespace; this is belt and braces
-	}
+	proc.Kill() // init is gone, so is every process of the box; this is belt and braces
 	pipes := []*os.File{stdoutR, stderrR}
 	if reportR != nil {
 		pipes = append(pipes, reportR)
@@ -171,16 +186,14 @@ wait:
 	res.Truncated = outCap.Truncated() || errCap.Truncated()
 	res.Usage = box.Usage{CPUMS: msg.CPUMicros / 1000, PeakMemoryBytes: msg.MaxRSSBytes}
 	oomKills := int64(0)
-	if cg != nil {
-		if st, err := cg.Stats(); err == nil {
-			res.Usage.CPUMS = st.CPUUsage.Milliseconds()
-			if st.PeakMemoryBytes > 0 {
-				res.Usage.PeakMemoryBytes = st.PeakMemoryBytes
-			}
-			oomKills = st.OOMKills
+	if u, ok := proc.Usage(); ok {
+		res.Usage.CPUMS = u.CPU.Milliseconds()
+		if u.PeakMemoryBytes > 0 {
+			res.Usage.PeakMemoryBytes = u.PeakMemoryBytes
 		}
+		oomKills = u.OOMKills
 	}
-	res.Isolation = isolationList(cg, report.landlockABI, rootless)
+	res.Isolation = proc.Isolation(report.landlockABI)
 	tr.mark("stats")
 
 	switch {
@@ -355,21 +368,30 @@ func boxName() string {
 	return fmt.Sprintf("box-%d-%s", os.Getpid(), hex.EncodeToString(b[:]))
 }
 
-// openSelf opens the running binary for init to be executed through its fd, and returns
-// its host path (to be masked in the box).
-func openSelf() (*os.File, string, error) {
+// selfPath returns the running binary's host path (masked in a native box, and run
+// as its init).
+func selfPath() (string, error) {
 	path, err := os.Executable()
 	if err != nil {
-		return nil, "", fmt.Errorf("find own binary: %w", err)
+		return "", fmt.Errorf("find own binary: %w", err)
 	}
 	if p, err := filepath.EvalSymlinks(path); err == nil {
 		path = p
 	}
+	return path, nil
+}
+
+// openSelf opens the running binary for init to be executed through its fd.
+func openSelf() (*os.File, error) {
+	path, err := selfPath()
+	if err != nil {
+		return nil, err
+	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, "", fmt.Errorf("open own binary: %w", err)
+		return nil, fmt.Errorf("open own binary: %w", err)
 	}
-	return f, path, nil
+	return f, nil
 }
 
 func socketpair() (parent, child *os.File, err error) {

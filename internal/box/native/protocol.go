@@ -42,6 +42,10 @@ type initSpec struct {
 	Seccomp []byte `json:"seccomp"`
 	// Rootless: moat runs as an ordinary user; only its own uid and gid are mapped.
 	Rootless bool `json:"rootless"`
+	// Container: init runs in a box another runtime made (a Starter's container):
+	// the namespaces, the root, /tmp, /workspace and /.moat exist, init runs as the
+	// box's user without privileges, and it does the rest (starter_linux.go).
+	Container bool `json:"container"`
 	// Trace asks init to time its steps (debug knob MOAT_DEBUG_PHASES).
 	Trace bool `json:"trace"`
 	// Session keeps init serving requests after the interpreter starts (agent_linux.go)

@@ -84,7 +84,7 @@ func mountRootfs(s *initSpec) error {
 	if err := mkdirMount("tmpfs", stage+box.WorkspaceDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, wsOpts); err != nil {
 		return err
 	}
-	if err := writeCode(s); err != nil {
+	if err := writeCode(s, stage); err != nil {
 		return err
 	}
 	return maskHostExe(s.HostExe)
@@ -247,9 +247,10 @@ func makeProc() error {
 	return nil
 }
 
-// writeCode places the code and the engine's support files under /.moat, in the root
-// tmpfs that becomes read-only at pivot_root.
-func writeCode(s *initSpec) error {
+// writeCode places the code and the engine's support files under root+"/.moat": in a
+// native box, the root tmpfs that becomes read-only at pivot_root; in a contained one
+// (root ""), the tmpfs the runtime mounted there.
+func writeCode(s *initSpec, root string) error {
 	files := s.Support
 	if s.CodePath != "" { // a session has no code of its own
 		files = append([]box.SupportFile{{Path: s.CodePath, Data: s.Code}}, files...)
@@ -258,10 +259,10 @@ func writeCode(s *initSpec) error {
 		if !strings.HasPrefix(f.Path, "/.moat/") || strings.Contains(f.Path, "..") {
 			return fmt.Errorf("support file %q is not under /.moat", f.Path)
 		}
-		if err := os.MkdirAll(stage+filepath.Dir(f.Path), 0o755); err != nil {
+		if err := os.MkdirAll(root+filepath.Dir(f.Path), 0o755); err != nil {
 			return err
 		}
-		if err := os.WriteFile(stage+f.Path, f.Data, 0o444); err != nil {
+		if err := os.WriteFile(root+f.Path, f.Data, 0o444); err != nil {
 			return err
 		}
 	}
@@ -276,7 +277,7 @@ func copyFiles(s *initSpec) error {
 	ws := box.WorkspaceDir
 	for _, f := range s.Files {
 		src := os.NewFile(uintptr(f.FD), "file")
-		if err := copyFile(src, ws, f.Dest, !s.Rootless); err != nil {
+		if err := copyFile(src, ws, f.Dest, !s.Rootless && !s.Container); err != nil {
 			src.Close()
 			return fmt.Errorf("copy file to %s: %w", f.Dest, err)
 		}

@@ -165,7 +165,7 @@ func (s *session) begin(ctx context.Context) error {
 		}
 		return fmt.Errorf("box init said %q during setup", m.Kind)
 	}
-	s.isolation = isolationList(s.bp.cg, abi, s.bp.rootless)
+	s.isolation = s.bp.proc.Isolation(abi)
 	s.warnings = append(s.bp.warnings, warnings(abi)...)
 	go s.readSocket()
 	return s.awaitReady(ctx)
@@ -507,14 +507,11 @@ type usage struct {
 }
 
 func (s *session) stats() usage {
-	if s.bp.cg == nil {
+	u, ok := s.bp.proc.Usage()
+	if !ok {
 		return usage{}
 	}
-	st, err := s.bp.cg.Stats()
-	if err != nil {
-		return usage{}
-	}
-	return usage{cpu: st.CPUUsage, peak: st.PeakMemoryBytes, oomKills: st.OOMKills}
+	return usage{cpu: u.CPU, peak: u.PeakMemoryBytes, oomKills: u.OOMKills}
 }
 
 // readSocket reads init's frames for the session's life: answers go to the waiting
@@ -798,7 +795,7 @@ func (s *session) destroy(why error) {
 // await reaps init, then releases the box under mu (no call is polling its pipes any
 // more) and closes done.
 func (s *session) await() {
-	err := s.bp.cmd.Wait()
+	err := s.bp.proc.Wait()
 	s.destroy(fmt.Errorf("%w: the box ended (%v)", box.ErrSessionLost, err))
 	s.mu.Lock()
 	s.bp.release(s.b.log(), newPhaseTrace(time.Now()))

@@ -207,7 +207,7 @@ func TestSessionCloseLeavesNothing(t *testing.T) {
 	s := startBash(t, box.Limits{})
 	call(t, s, "sleep 1000 & sleep 1000 & true", 5*time.Second)
 	ns := s.(*session)
-	cg := ns.bp.cg
+	cg := ns.bp.proc.(*nsProc).cg
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

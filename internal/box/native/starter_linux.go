@@ -1,0 +1,203 @@
+package native
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/moat-sandbox/moat/internal/box"
+	"github.com/moat-sandbox/moat/internal/linux/cgroup"
+)
+
+// A box is its init: moat's own PID 1, which sets the box up, starts the code and
+// serves a session's requests, talking to this process over the fds it is started
+// with. The native backend starts init in fresh namespaces of this host (nsStarter).
+// Another backend starts the same init elsewhere — in a container, say — through a
+// Starter of its own, and then init runs in container mode (initSpec.Container): the
+// runtime made the namespaces, the root and the limits, and init does the rest as it
+// does in a native box (files, rlimits, Landlock, seccomp, the code, the session).
+
+// FDDir says which way data flows on one of init's fds.
+type FDDir int
+
+const (
+	// FDNone: nothing; init closes the fd at once (the binary's fd of a native box).
+	FDNone FDDir = iota
+	// FDIn: init reads (a file to copy in, a session's request pipe).
+	FDIn
+	// FDOut: init writes (the report pipe).
+	FDOut
+	// FDBoth: a stream socket both ways (the sync socket, egress).
+	FDBoth
+)
+
+// FD is one of init's fds, from 3 on.
+type FD struct {
+	File *os.File // nil for FDNone
+	Dir  FDDir
+}
+
+// StartRequest is what a Starter starts init with.
+type StartRequest struct {
+	// FDs are init's fds 3, 4, ... in order. The Starter must give init an fd of the
+	// same number for each one that carries the same data (FDNone: any fd, or none).
+	FDs []FD
+	// Stdout and Stderr are init's fds 1 and 2, which the code writes.
+	Stdout, Stderr *os.File
+	// Limits bound the box; the Starter enforces memory, CPU and processes.
+	Limits box.Limits
+}
+
+// A Starter starts a box's init. Start returns once init runs; init then waits for
+// its spec on the sync socket (FDs[0]). The Starter's boxes run init in container
+// mode.
+type Starter interface {
+	Start(req *StartRequest) (Proc, error)
+}
+
+// Proc is a started init.
+type Proc interface {
+	// Wait returns once init (and with it the box's every process) is gone.
+	Wait() error
+	// Kill ends the box at once; it is safe to call at any time, more than once.
+	Kill()
+	// LimitsMemory says whether the box's memory is bounded by the Starter (a
+	// cgroup); if not, init bounds each process's address space instead.
+	LimitsMemory() bool
+	// Placed runs once init has its spec, before it is let go: a native box moves
+	// init into its cgroup here where that could not happen at clone time.
+	Placed() error
+	// Usage reports the box's CPU time, peak memory and how many processes its memory
+	// limit killed so far; ok is false when the Proc cannot tell.
+	Usage() (u ProcUsage, ok bool)
+	// Isolation lists the protections in force, given the Landlock ABI init enforced.
+	Isolation(landlockABI int) []string
+	// Warnings lists protections weaker than configured.
+	Warnings() []string
+	// Release frees what the box held, once it is gone (Wait returned).
+	Release() error
+}
+
+// ProcUsage is what a box used.
+type ProcUsage struct {
+	CPU             time.Duration
+	PeakMemoryBytes int64
+	OOMKills        int64
+}
+
+// nsStarter starts init in fresh namespaces of this host, in a cgroup of its own.
+type nsStarter struct{ rootless bool }
+
+// nsProc is a native box's init.
+type nsProc struct {
+	cmd      *os.Process
+	wait     func() error
+	cg       *cgroup.Box // nil without cgroups
+	rootless bool
+	warnings []string
+	exe      *os.File
+}
+
+func (st nsStarter) Start(req *StartRequest) (_ Proc, err error) {
+	lim := req.Limits
+	p := &nsProc{rootless: st.rootless}
+	defer func() {
+		if err != nil {
+			_ = p.Release()
+		}
+	}()
+	cg, cgErr := cgroup.New(boxName(), cgroup.Limits{MemoryBytes: lim.Memory, Pids: lim.Pids + initReserve, CPUs: lim.CPUs})
+	if cgErr != nil && !st.rootless && cgroup.Detect().Version != cgroup.None {
+		// The host has cgroups and we are root: failing to use them is a broken
+		// machine, not a reason to run the code with weaker limits.
+		return nil, fmt.Errorf("create the box's cgroup: %w", cgErr)
+	}
+	if cgErr != nil {
+		p.warnings = append(p.warnings, "cgroups unavailable ("+cgErr.Error()+"): memory is limited by RLIMIT_AS, processes by RLIMIT_NPROC, CPU time by RLIMIT_CPU only")
+	} else {
+		p.cg = cg
+	}
+	exe, err := openSelf()
+	if err != nil {
+		return nil, err
+	}
+	p.exe = exe
+	extra := make([]*os.File, len(req.FDs))
+	for i, fd := range req.FDs {
+		extra[i] = fd.File
+	}
+	extra[fdExe-fdSync] = exe
+	cmd := &exec.Cmd{
+		Path:        "/proc/self/fd/" + strconv.Itoa(fdExe),
+		Args:        []string{"moat-init", InitRole},
+		Env:         []string{},
+		Stdout:      req.Stdout,
+		Stderr:      req.Stderr,
+		ExtraFiles:  extra,
+		SysProcAttr: initAttr(st.rootless),
+	}
+	if p.cg != nil {
+		if fd, ok := p.cg.FD(); ok {
+			cmd.SysProcAttr.UseCgroupFD = true
+			cmd.SysProcAttr.CgroupFD = fd
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, startError(err, st.rootless)
+	}
+	p.cmd, p.wait = cmd.Process, cmd.Wait
+	return p, nil
+}
+
+func (p *nsProc) Wait() error { return p.wait() }
+
+func (p *nsProc) Kill() {
+	if p.cmd != nil {
+		_ = p.cmd.Signal(syscall.SIGKILL)
+	}
+	if p.cg != nil {
+		_ = p.cg.Kill()
+	}
+}
+
+func (p *nsProc) LimitsMemory() bool { return p.cg != nil }
+
+func (p *nsProc) Placed() error {
+	if p.cg == nil {
+		return nil
+	}
+	if _, ok := p.cg.FD(); ok {
+		return nil // placed at clone time
+	}
+	return p.cg.AddProc(p.cmd.Pid)
+}
+
+func (p *nsProc) Usage() (ProcUsage, bool) {
+	if p.cg == nil {
+		return ProcUsage{}, false
+	}
+	st, err := p.cg.Stats()
+	if err != nil {
+		return ProcUsage{}, false
+	}
+	return ProcUsage{CPU: st.CPUUsage, PeakMemoryBytes: st.PeakMemoryBytes, OOMKills: st.OOMKills}, true
+}
+
+func (p *nsProc) Isolation(landlockABI int) []string {
+	return isolationList(p.cg, landlockABI, p.rootless)
+}
+
+func (p *nsProc) Warnings() []string { return append([]string(nil), p.warnings...) }
+
+func (p *nsProc) Release() error {
+	if p.exe != nil {
+		p.exe.Close()
+	}
+	if p.cg != nil {
+		return p.cg.Destroy()
+	}
+	return nil
+}
