@@ -187,7 +187,9 @@ wait:
 	res.Usage = box.Usage{CPUMS: msg.CPUMicros / 1000, PeakMemoryBytes: msg.MaxRSSBytes}
 	oomKills := int64(0)
 	if u, ok := proc.Usage(); ok {
-		res.Usage.CPUMS = u.CPU.Milliseconds()
+		if u.CPU > 0 {
+			res.Usage.CPUMS = u.CPU.Milliseconds()
+		}
 		if u.PeakMemoryBytes > 0 {
 			res.Usage.PeakMemoryBytes = u.PeakMemoryBytes
 		}

@@ -81,7 +81,8 @@ type Proc interface {
 	Release() error
 }
 
-// ProcUsage is what a box used.
+// ProcUsage is what a box used. A zero CPU or PeakMemoryBytes means unknown: the
+// result then has init's own account of the code (its rusage).
 type ProcUsage struct {
 	CPU             time.Duration
 	PeakMemoryBytes int64
