@@ -59,6 +59,17 @@ type benchReport struct {
 		Status string `json:"status"`
 		Error  string `json:"error"`
 	} `json:"flood"`
+	Egress struct {
+		Request     []benchRow `json:"request"`
+		DownloadMiB int        `json:"download_mib"`
+		Download    []struct {
+			ID    string  `json:"id"`
+			Runs  int     `json:"runs"`
+			MBps  float64 `json:"mb_per_s"`
+			Ratio float64 `json:"ratio"`
+			Error string  `json:"error"`
+		} `json:"download"`
+	} `json:"egress"`
 	Failures []string `json:"failures"`
 }
 
@@ -66,6 +77,7 @@ type benchRow struct {
 	ID      string  `json:"id"`
 	Runs    int     `json:"runs"`
 	P50MS   float64 `json:"p50_ms"`
+	Ratio   float64 `json:"ratio"`
 	Skipped string  `json:"skipped"`
 	Error   string  `json:"error"`
 }
@@ -158,5 +170,27 @@ func TestBenchShort(t *testing.T) {
 	}
 	if rep.Flood.Status != "output_limit" || rep.Flood.Error != "" {
 		t.Errorf("flood %+v, want status output_limit", rep.Flood)
+	}
+
+	// The egress proxy against a direct connection: measured, positive, and the
+	// ratios finite (JSON has no infinity: a zero baseline shows as ratio 0).
+	checkRows("egress request", rep.Egress.Request, "direct", "proxy")
+	for _, r := range rep.Egress.Request {
+		if r.Ratio <= 0 {
+			t.Errorf("egress request %s: ratio %v", r.ID, r.Ratio)
+		}
+	}
+	if rep.Egress.DownloadMiB != 10 {
+		t.Errorf("egress download of %d MiB, want 10 with --short", rep.Egress.DownloadMiB)
+	}
+	var ids []string
+	for _, d := range rep.Egress.Download {
+		ids = append(ids, d.ID)
+		if d.Error != "" || d.Runs == 0 || d.MBps <= 0 || d.Ratio <= 0 {
+			t.Errorf("egress download %s not measured: %+v", d.ID, d)
+		}
+	}
+	if want := []string{"direct", "proxy"}; !slices.Equal(ids, want) {
+		t.Errorf("egress download rows %v, want %v", ids, want)
 	}
 }

@@ -28,7 +28,10 @@ p90 and p99 latencies with ratios to bare python3 measured in the same run:
   - the pandas workload: bare, cold moat run, warm pool, warm pool preloading pandas;
   - throughput of fresh-box print(1) at 1, 2, 4 and 8 concurrent clients;
   - the server's RSS when idle and the memory of one warm box;
-  - what the policy costs, and moat's peak RSS while a box floods its output.
+  - what the policy costs, and moat's peak RSS while a box floods its output;
+  - what the egress proxy costs, in this process and on loopback only: one HTTPS
+    GET over a fresh connection and a 100 MiB download (10 MiB with --short),
+    each direct and through the proxy, with ratios to direct.
 
 Cases of one table run interleaved (A, B, C, A, B, C...) so drift in the machine's
 load affects them alike. Needs what moat run and moat serve need (root for the
@@ -171,11 +174,31 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	progress("output flood")
 	rep.Flood = floodRSS(self)
 
+	sizeMiB, downloads := benchDownloadMiB, benchDownloadRuns
+	if *short {
+		sizeMiB, downloads = benchShortDownloadMiB, benchShortDownloadRuns
+	}
+	progress("egress proxy: %d HTTPS requests and %d downloads of %d MiB per case", *n, downloads, sizeMiB)
+	part("egress")
+	if rep.Egress, err = egressCost(ctx, *n, warmups, sizeMiB, downloads); err != nil {
+		rep.failed("egress: %v", err)
+	}
+
 	for _, rows := range [][]benchRow{rep.Latency, rep.Pandas} {
 		for _, r := range rows {
 			if r.Error != "" {
 				rep.failed("%s: %s", r.Name, r.Error)
 			}
+		}
+	}
+	for _, r := range rep.Egress.Request {
+		if r.Error != "" {
+			rep.failed("egress, HTTPS request %s: %s", r.ID, r.Error)
+		}
+	}
+	for _, r := range rep.Egress.Download {
+		if r.Error != "" {
+			rep.failed("egress, download %s: %s", r.ID, r.Error)
 		}
 	}
 	for _, t := range rep.Throughput {

@@ -33,6 +33,7 @@ type benchReport struct {
 	Memory     []memoryRow     `json:"memory"`
 	Policy     []policyRow     `json:"policy"`
 	Flood      floodResult     `json:"flood"`
+	Egress     egressReport    `json:"egress"`
 	// Failures lists what could not be measured; the exit status is 1 when any.
 	Failures []string `json:"failures"`
 }
@@ -137,7 +138,7 @@ func ratios(rows []benchRow) {
 
 // normalize replaces nil lists with empty ones so the JSON shape never varies.
 func (r *benchReport) normalize() {
-	for _, l := range []*[]benchRow{&r.Latency, &r.Pandas} {
+	for _, l := range []*[]benchRow{&r.Latency, &r.Pandas, &r.Egress.Request} {
 		if *l == nil {
 			*l = []benchRow{}
 		}
@@ -150,6 +151,9 @@ func (r *benchReport) normalize() {
 	}
 	if r.Policy == nil {
 		r.Policy = []policyRow{}
+	}
+	if r.Egress.Download == nil {
+		r.Egress.Download = []downloadRow{}
 	}
 	if r.Failures == nil {
 		r.Failures = []string{}
@@ -230,6 +234,8 @@ func writeBenchReport(w io.Writer, r *benchReport) {
 	} else {
 		fmt.Fprintf(w, "moat peak RSS while a box floods output (64 MiB written, cap 1 MiB, status %s): %s\n", r.Flood.Status, mib(r.Flood.PeakRSSMiB))
 	}
+	fmt.Fprintln(w)
+	egressTables(w, &r.Egress)
 	if len(r.Failures) > 0 {
 		fmt.Fprintf(w, "\nfailures:\n")
 		for _, f := range r.Failures {
@@ -280,4 +286,23 @@ func fmtMS(v float64) string {
 		return fmt.Sprintf("%.2f ms", v)
 	}
 	return fmt.Sprintf("%.1f ms", v)
+}
+
+// egressTables prints the egress proxy's cost.
+func egressTables(w io.Writer, e *egressReport) {
+	latencyTable(w, "egress: one HTTPS GET, fresh connection", "direct", e.Request)
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "| egress: %d MiB HTTPS download | runs | MB/s (median) | ratio to direct |\n", e.DownloadMiB)
+	fmt.Fprintln(w, "|---|---:|---:|---:|")
+	for _, d := range e.Download {
+		if d.Error != "" {
+			fmt.Fprintf(w, "| %s | – | – | failed: %s |\n", d.Name, d.Error)
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %d | %.1f | %s |\n", d.Name, d.Runs, d.MBps, ratio(d.Ratio))
+	}
+	fmt.Fprintln(w, "\nIn the bench's process, on loopback: the upstream is an httptest TLS server on 127.0.0.1, "+
+		"named "+benchEgressHost+" and mapped to 127.0.0.1 by the policy's hosts (the allowlist names 127.0.0.1 with its port); "+
+		"the proxy is attached to a 127.0.0.1 listener as the server attaches it for a box. "+
+		"Every request and download opens a new connection; the cases run interleaved.")
 }
