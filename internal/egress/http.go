@@ -490,9 +490,22 @@ func (b *Box) refuse(c net.Conn, ev *Event, reason string) {
 
 // writeRefusal writes moat's refusal: 403, a one-line text body saying what
 // was refused and why, and X-Moat-Egress: refused for programs.
+// The status line's reason phrase says it too: many clients (pip, urllib3,
+// requests) show that phrase and not the body.
 func writeRefusal(w io.Writer, dest, reason string) {
 	body := "moat: egress to " + dest + " refused: " + reason + "\n"
-	writeResponse(w, http.StatusForbidden, "refused", body)
+	writeResponse(w, http.StatusForbidden, reasonPhrase("Forbidden by moat: egress to "+dest+" refused: "+reason), "refused", body)
+}
+
+// reasonPhrase makes s safe for a status line: printable ASCII, at most 200 bytes.
+func reasonPhrase(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = '?'
+		}
+	}
+	return string(b[:min(len(b), 200)])
 }
 
 // fail answers an allowed request that could not be served (the name did not
@@ -518,19 +531,19 @@ func (b *Box) errorText(err error) string {
 
 // writeError writes an error answer of moat itself and asks to close.
 func writeError(w io.Writer, status int, body string) {
-	writeResponse(w, status, "error", body)
+	writeResponse(w, status, http.StatusText(status), "error", body)
 }
 
 // writeResponse writes a complete short response that closes the connection,
 // giving up after writeTimeout if the box does not read.
-func writeResponse(w io.Writer, status int, kind, body string) {
+func writeResponse(w io.Writer, status int, phrase, kind, body string) {
 	if c, ok := w.(net.Conn); ok {
 		c.SetWriteDeadline(time.Now().Add(writeTimeout))
 		defer c.SetWriteDeadline(time.Time{})
 	}
 	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"+
 		"X-Moat-Egress: %s\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
-		status, http.StatusText(status), kind, len(body), body)
+		status, phrase, kind, len(body), body)
 }
 
 // maxClip is the most of a string from the box that goes into an Event.

@@ -74,6 +74,10 @@ func TestHTTPKeepAliveAndHeaders(t *testing.T) {
 	if resp.StatusCode != 403 || body != "moat: egress to denied.test:80 refused: not in the allowlist\n" {
 		t.Fatalf("second: %d %q", resp.StatusCode, body)
 	}
+	// Clients that show only the status line (pip, urllib3) show why, too.
+	if resp.Status != "403 Forbidden by moat: egress to denied.test:80 refused: not in the allowlist" {
+		t.Fatalf("status line %q", resp.Status)
+	}
 }
 
 func TestHTTPRefused(t *testing.T) {
