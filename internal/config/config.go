@@ -82,6 +82,9 @@ type Config struct {
 	// Network holds the egress proxy's settings that profiles cannot change; each
 	// profile's network says what its code may reach.
 	Network Network `yaml:"network"`
+	// Backend chooses what makes boxes: native (the default), docker or gvisor. See
+	// ResolveBackend.
+	Backend Backend `yaml:"backend"`
 
 	file  string          // name given to Parse, for messages
 	lines map[string]int  // setting path -> line in file, for messages; nil if built in code

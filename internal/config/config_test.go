@@ -149,7 +149,7 @@ func TestParseErrors(t *testing.T) {
 		want string // a line of the error
 	}{
 		{"unknown top-level key", "isolation: strict\nisolaton: strict\n",
-			`m.yaml:2: isolaton: unknown key (want audit, filter, isolation, limits, network, profile, profiles or server)`},
+			`m.yaml:2: isolaton: unknown key (want audit, backend, filter, isolation, limits, network, profile, profiles or server)`},
 		{"unknown nested key", "profiles:\n  web:\n    python:\n      modes: denylist\n",
 			`m.yaml:4: profiles.web.python.modes: unknown key (want allow_modules, deny_attributes, deny_builtins, deny_modules, file_access, mode or modules)`},
 		{"unknown limit", "limits:\n  memroy: 1GiB\n", `m.yaml:2: limits.memroy: unknown key`},
@@ -581,7 +581,8 @@ func TestExample(t *testing.T) {
 	for _, typ := range []reflect.Type{reflect.TypeFor[Config](), reflect.TypeFor[Limits](), reflect.TypeFor[Profile](),
 		reflect.TypeFor[PythonPolicy](), reflect.TypeFor[ModuleRule](), reflect.TypeFor[ShellPolicy](),
 		reflect.TypeFor[Filter](), reflect.TypeFor[FilterRule](), reflect.TypeFor[Server](), reflect.TypeFor[Sessions](),
-		reflect.TypeFor[APIKey](), reflect.TypeFor[Quotas](), reflect.TypeFor[Audit](), reflect.TypeFor[AuditRetention]()} {
+		reflect.TypeFor[APIKey](), reflect.TypeFor[Quotas](), reflect.TypeFor[Audit](), reflect.TypeFor[AuditRetention](),
+		reflect.TypeFor[Backend](), reflect.TypeFor[DockerBackend]()} {
 		for key := range yamlFields(typ) {
 			if !strings.Contains(string(data), key+":") {
 				t.Errorf("example.yaml does not show %s.%s", typ.Name(), key)

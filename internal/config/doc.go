@@ -72,4 +72,13 @@
 // Config.ResolveServer applies the defaults, reads the key_env variables and
 // returns a ResolvedServer holding only the keys' hashes. Validate checks the
 // section without reading the environment, so `moat config check` works anywhere.
+//
+// # Backend
+//
+// The backend section chooses what makes boxes: native (the default), docker (a
+// hardened container per box) or gvisor (docker with the daemon's runsc runtime;
+// runsc run directly is not built yet), the daemon's address, the image and the
+// runtime. Config.ResolveBackend applies the --backend flag and the defaults. A
+// backend that cannot start is an error for the caller to report; only a fallback
+// list spelled out in the file lets moat use another one, and that is a warning.
 package config

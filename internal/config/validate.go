@@ -51,6 +51,10 @@ var (
 //   - audit: dir and a file sink are absolute paths; failure is fail_closed or
 //     fail_open; buffer is from 1 to MaxAuditBuffer; code_max is a size or none;
 //     retention.max_age is a duration (days allowed), max_records positive.
+//   - backend: name and every fallback entry are native, docker or gvisor, the
+//     fallback names neither backend.name nor one backend twice; docker.runtime is
+//     runc or runsc (not runc with gvisor); docker.image is an image reference;
+//     docker.host is unix:///path or tcp://host:port.
 //
 // Validate does not read the key_env variables: ResolveServer does.
 //
@@ -78,6 +82,7 @@ func (c *Config) Validate() error {
 	c.checkNetworkSettings(ps)
 	c.checkServer(ps, present, nil)
 	c.checkAudit(ps, present)
+	c.checkBackend(ps)
 	return ps.err()
 }
 

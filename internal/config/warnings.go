@@ -21,8 +21,9 @@ var commandRunners = []string{
 // shell policy without rules or whose allow list contains a command runner;
 // default filter rules turned off; a server listening on a non-loopback address
 // (moat serves plain HTTP), and with public metrics; an audit trail that is
-// disabled or fails open; open network access allowed, and profiles that use it. The caller logs them at startup and shows them
-// in the API and console. Default() has none.
+// disabled or fails open; open network access allowed, and profiles that use it; a
+// backend fallback. The caller logs them at startup and shows them in the API and
+// console. Default() has none.
 func (c *Config) Warnings() []string {
 	var w []string
 	if c.BestEffort() {
@@ -67,6 +68,13 @@ func (c *Config) Warnings() []string {
 		w = append(w, "audit.disable is set: executions, session events and auth failures are not recorded")
 	} else if c.Audit.Failure == AuditFailOpen {
 		w = append(w, "audit.failure is fail_open: while the audit store fails, executions go on and records that do not fit the buffer are lost (counted in moat_audit_records_lost_total and logged)")
+	}
+	if len(c.Backend.Fallback) > 0 {
+		name := c.Backend.Name
+		if name == "" {
+			name = BackendNative
+		}
+		w = append(w, fmt.Sprintf("backend.fallback is set: when %s cannot start, boxes are made by %s instead (each result's isolation says which)", name, orList(c.Backend.Fallback)))
 	}
 	return w
 }

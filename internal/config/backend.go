@@ -1,0 +1,212 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Backends (Backend.Name): what makes boxes.
+const (
+	// BackendNative makes boxes from namespaces, cgroups, Landlock and seccomp of this
+	// host (package box/native).
+	BackendNative = "native"
+	// BackendDocker makes each box a container through the Docker Engine API, with
+	// the hardened flag set of package box/docker.
+	BackendDocker = "docker"
+	// BackendGVisor is, for now, BackendDocker with the daemon's runsc runtime: the
+	// box runs on gVisor's kernel. Running runsc directly is not built yet.
+	BackendGVisor = "gvisor"
+)
+
+// Docker runtimes (DockerBackend.Runtime): the OCI runtimes moat is tested with.
+const (
+	RuntimeRunc  = "runc"
+	RuntimeRunsc = "runsc"
+)
+
+// DefaultDockerImage is the image of docker and gvisor boxes when
+// backend.docker.image is unset: the one scripts/backends builds with debootstrap.
+const DefaultDockerImage = "moat-test-python:bookworm"
+
+// BackendNames lists the backends, in the order of the docs.
+var BackendNames = []string{BackendNative, BackendDocker, BackendGVisor}
+
+var imageRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$`)
+
+// Backend chooses what makes boxes. The zero value is the native backend. The
+// --backend flag of moat run, moat serve and moat mcp replaces Name (and then no
+// fallback applies).
+type Backend struct {
+	// Name is native (the default when empty), docker or gvisor (docker with the
+	// runsc runtime). A backend that is not available makes moat refuse to start,
+	// with what is missing and how to get it; it never falls back silently.
+	Name string `yaml:"name"`
+	// Docker configures the docker and gvisor backends.
+	Docker DockerBackend `yaml:"docker"`
+	// Fallback lists backends tried in order when Name cannot start (no daemon, no
+	// image, no runtime), each logged as a warning. Empty (the default) means none:
+	// moat refuses to start. Each result's isolation says what made its box. Not
+	// applied when --backend names the backend. A warning when set.
+	Fallback []string `yaml:"fallback"`
+}
+
+// DockerBackend configures the docker and gvisor backends.
+type DockerBackend struct {
+	// Host is the Docker daemon's address: unix:///path or tcp://host:port. Empty
+	// means $DOCKER_HOST, else unix:///var/run/docker.sock.
+	Host string `yaml:"host"`
+	// Image is the image every box runs in, for Python and bash alike: it needs
+	// python3 on PATH (or /usr/bin/python3) and bash. DefaultDockerImage when empty.
+	Image string `yaml:"image"`
+	// Runtime is the daemon's OCI runtime: runc (the daemon's default, also when
+	// empty) or runsc (gVisor; the same as backend gvisor). With backend gvisor only
+	// runsc (or empty) is allowed.
+	Runtime string `yaml:"runtime"`
+}
+
+// ResolvedBackend is the backend to open, with its defaults applied.
+type ResolvedBackend struct {
+	// Name is BackendNative, BackendDocker or BackendGVisor.
+	Name string
+	// Host, Image and Runtime configure a docker or gvisor backend: Image is never
+	// empty, Runtime is "runsc" for gvisor and "" (the daemon's default) or "runsc"
+	// for docker.
+	Host, Image, Runtime string
+	// Fallback are the backends to try, in order, when this one cannot start.
+	Fallback []ResolvedBackend
+}
+
+// ResolveBackend returns the backend to open: flagName when it is not empty (with no
+// fallback), else backend.name (with backend.fallback). An unknown flagName is an
+// error naming the backends.
+func (c *Config) ResolveBackend(flagName string) (ResolvedBackend, error) {
+	ps := &problems{file: c.file, lines: c.lines}
+	c.checkBackend(ps)
+	if err := ps.err(); err != nil {
+		return ResolvedBackend{}, err
+	}
+	if flagName != "" {
+		if !slices.Contains(BackendNames, flagName) {
+			return ResolvedBackend{}, fmt.Errorf("unknown backend %q (want %s)", flagName, orList(BackendNames))
+		}
+		if flagName == BackendGVisor && c.Backend.Docker.Runtime == RuntimeRunc {
+			return ResolvedBackend{}, fmt.Errorf("backend gvisor needs runtime runsc, but backend.docker.runtime is runc")
+		}
+		return c.resolveBackend(flagName), nil
+	}
+	name := c.Backend.Name
+	if name == "" {
+		name = BackendNative
+	}
+	r := c.resolveBackend(name)
+	for _, fb := range c.Backend.Fallback {
+		r.Fallback = append(r.Fallback, c.resolveBackend(fb))
+	}
+	return r, nil
+}
+
+// resolveBackend resolves one valid backend name, without fallback.
+func (c *Config) resolveBackend(name string) ResolvedBackend {
+	r := ResolvedBackend{Name: name}
+	if name == BackendNative {
+		return r
+	}
+	d := c.Backend.Docker
+	r.Host, r.Image, r.Runtime = d.Host, d.Image, d.Runtime
+	if r.Image == "" {
+		r.Image = DefaultDockerImage
+	}
+	if r.Runtime == RuntimeRunc {
+		r.Runtime = "" // the daemon's default
+	}
+	if name == BackendGVisor {
+		r.Runtime = RuntimeRunsc
+	}
+	return r
+}
+
+// String describes r for logs and moat doctor: "docker (image I, runtime R, host H)".
+func (r ResolvedBackend) String() string {
+	if r.Name == BackendNative {
+		return r.Name
+	}
+	rt, host := r.Runtime, r.Host
+	if rt == "" {
+		rt = "the daemon's default"
+	}
+	if host == "" {
+		host = "$DOCKER_HOST or the default socket"
+	}
+	return fmt.Sprintf("%s (image %s, runtime %s, daemon %s)", r.Name, r.Image, rt, host)
+}
+
+// checkBackend checks c.Backend.
+func (c *Config) checkBackend(ps *problems) {
+	b := c.Backend
+	name := b.Name
+	if name != "" && !slices.Contains(BackendNames, name) {
+		ps.add("backend.name", "unknown backend %q (want %s)", name, orList(BackendNames))
+	}
+	d := b.Docker
+	switch d.Runtime {
+	case "", RuntimeRunsc:
+	case RuntimeRunc:
+		if name == BackendGVisor {
+			ps.add("backend.docker.runtime", "runc contradicts backend gvisor, which is docker with runtime runsc (leave runtime unset)")
+		}
+	default:
+		ps.add("backend.docker.runtime", "unknown runtime %q (want runc or runsc: the runtimes moat is tested with)", d.Runtime)
+	}
+	if d.Image != "" {
+		if !imageRE.MatchString(d.Image) {
+			ps.add("backend.docker.image", "invalid image reference %q (e.g. python:3.12-slim)", d.Image)
+		}
+	}
+	if d.Host != "" {
+		if msg := checkDockerHost(d.Host); msg != "" {
+			ps.add("backend.docker.host", "%s", msg)
+		}
+	}
+	seen := map[string]bool{}
+	for i, fb := range b.Fallback {
+		p := fmt.Sprintf("backend.fallback[%d]", i)
+		primary := name
+		if primary == "" {
+			primary = BackendNative
+		}
+		switch {
+		case !slices.Contains(BackendNames, fb):
+			ps.add(p, "unknown backend %q (want %s)", fb, orList(BackendNames))
+		case fb == primary:
+			ps.add(p, "%s is backend.name itself", fb)
+		case seen[fb]:
+			ps.add(p, "%s is listed twice", fb)
+		case fb == BackendGVisor && d.Runtime == RuntimeRunc:
+			ps.add(p, "gvisor needs runtime runsc, but backend.docker.runtime is runc")
+		}
+		seen[fb] = true
+	}
+}
+
+// checkDockerHost checks a daemon address; it returns a message, or "" when the
+// address is good.
+func checkDockerHost(h string) string {
+	switch {
+	case strings.HasPrefix(h, "unix://"):
+		if p := strings.TrimPrefix(h, "unix://"); !filepath.IsAbs(p) {
+			return fmt.Sprintf("%q: want unix:///absolute/path", h)
+		}
+	case strings.HasPrefix(h, "tcp://"):
+		hostPort := strings.TrimSuffix(strings.TrimPrefix(h, "tcp://"), "/")
+		if host, port, err := net.SplitHostPort(hostPort); err != nil || host == "" || port == "" {
+			return fmt.Sprintf("%q: want tcp://host:port", h)
+		}
+	default:
+		return fmt.Sprintf("%q: want unix:///path or tcp://host:port (empty: $DOCKER_HOST, else unix:///var/run/docker.sock)", h)
+	}
+	return ""
+}
