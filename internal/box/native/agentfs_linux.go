@@ -66,11 +66,41 @@ func openat2(dir int, rel string, flags uint64, mode uint64) (int, error) {
 		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
 			continue // a concurrent rename raced the lookup: the kernel asks to retry
 		}
+		if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+			// No openat2: gVisor (runsc) before 2023, where Docker's seccomp profile
+			// also answers EPERM for it. Walk without following any symlink.
+			return openNoFollow(dir, rel, flags, mode)
+		}
 		if err != nil {
 			return -1, &os.PathError{Op: "open", Path: rel, Err: err}
 		}
 		return fd, nil
 	}
+}
+
+// openNoFollow opens rel below dir one component at a time, each with O_NOFOLLOW:
+// a symlink anywhere on the path fails (ENOTDIR or ELOOP), where openat2 would
+// follow one that stays below dir. rel is clean and has no ".." (cleanPath), and the
+// code cannot mount anything below the workspace, so this stays beneath dir too.
+func openNoFollow(dir int, rel string, flags uint64, mode uint64) (int, error) {
+	parts := strings.Split(rel, "/")
+	cur := dir
+	for i, name := range parts {
+		last := i == len(parts)-1
+		fl, m := uint64(unix.O_PATH|unix.O_DIRECTORY), uint64(0)
+		if last {
+			fl, m = flags, mode
+		}
+		fd, err := unix.Openat(cur, name, int(fl)|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(m))
+		if cur != dir {
+			unix.Close(cur)
+		}
+		if err != nil {
+			return -1, &os.PathError{Op: "open", Path: rel, Err: err}
+		}
+		cur = fd
+	}
+	return cur, nil
 }
 
 // mkdirs opens (creating as needed) the directory rel below the workspace, one

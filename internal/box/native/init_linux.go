@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -406,8 +407,39 @@ func exitMsg(ws unix.WaitStatus, ru *unix.Rusage) initMsg {
 // closeOnExec marks every fd but 0-2 close-on-exec: the code inherits only what
 // startCode hands it.
 func closeOnExec() error {
-	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+	err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		// No CLOSE_RANGE_CLOEXEC: kernels before 5.11, and gVisor (runsc) before
+		// 2023. Mark each open fd instead.
+		return cloexecEach()
+	}
+	if err != nil {
 		return os.NewSyscallError("close_range", err)
+	}
+	return nil
+}
+
+// cloexecEach marks every fd listed in /proc/self/fd but 0-2 close-on-exec. Every fd
+// this process opens from now on is close-on-exec already (Go opens them so).
+func cloexecEach() error {
+	d, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		fd, err := strconv.Atoi(name)
+		if err != nil || fd < 3 {
+			continue
+		}
+		// EBADF: the directory's own fd, closed above.
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && !errors.Is(err, unix.EBADF) {
+			return os.NewSyscallError("fcntl(F_SETFD)", err)
+		}
 	}
 	return nil
 }

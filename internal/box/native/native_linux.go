@@ -205,6 +205,10 @@ wait:
 		return nil, fmt.Errorf("hand the spec to box init: %w", specErr)
 	case msg.Kind == "error":
 		return nil, &ChildError{Step: msg.Step, Errno: syscall.Errno(msg.Errno), Detail: msg.Detail}
+	case msg.Kind != "exit" && oomKills > 0:
+		// The OOM killer took init too, or the whole box with it (gVisor's
+		// Sentry is charged for the code's memory and dies first).
+		res.Status, res.ExitCode = box.StatusMemoryLimit, -1
 	case msg.Kind != "exit":
 		return nil, fmt.Errorf("box init ended without a result (%v, %s); its last output: %q", waitErr, msg.Detail, box.LastLine(errCap.String(), 300))
 	case oomKills > 0 && msg.ExitCode != 0:
