@@ -31,6 +31,11 @@ const (
 	AgentPath = "/.moat-agent/moat"
 	// TmpDir is the box's tmpfs /tmp.
 	TmpDir = "/tmp"
+	// MoatDir is the tmpfs where the box's init places the code and the engine's
+	// support files (owned by the box user: init runs as that user).
+	MoatDir = "/.moat"
+	// MoatDirBytes is MoatDir's size.
+	MoatDirBytes = 16 << 20
 )
 
 // BoxUID and BoxGID are the user the code runs as when ContainerParams leaves it zero:
@@ -38,6 +43,20 @@ const (
 const (
 	BoxUID = 65534
 	BoxGID = 65534
+)
+
+// RuntimeGVisor is gVisor's runtime name, as scripts/backends registers it.
+const RuntimeGVisor = "runsc"
+
+// Sizing of a gVisor box's limits (see HardenedConfig).
+const (
+	// GVisorAgentThreads is what the agent and the box's init (both Go) may use of
+	// the nproc limit on top of Limits.Pids.
+	GVisorAgentThreads = 32
+	// GVisorHostTasksPerProc bounds the host tasks (pids cgroup) one task in the
+	// sandbox may cost; GVisorHostTasks is the Sentry's and the gofer's own share.
+	GVisorHostTasksPerProc = 16
+	GVisorHostTasks        = 256
 )
 
 // StopTimeout is how long Docker waits between SIGTERM and SIGKILL when it stops a box
@@ -120,6 +139,8 @@ func parseOwner(label string) (pid int, host string, ok bool) {
 //     be a boundary (an interpreter runs any file it can read) and would break users
 //     who build and run a helper in their workspace. tmpfs pages count against the
 //     container's memory limit.
+//   - Tmpfs MoatDir (MoatDirBytes, mode 0755, owned by UID:GID, noexec): init writes
+//     the code and the support files there; the interpreter reads them.
 //   - ShmSize = Limits.Tmp for /dev/shm (Docker mounts it noexec, nosuid, nodev).
 //   - CapDrop ALL and SecurityOpt no-new-privileges:true: no capabilities, and no way to
 //     gain any through setuid binaries or file capabilities in the image.
@@ -128,6 +149,15 @@ func parseOwner(label string) (pid int, host string, ok bool) {
 //   - User UID:GID, never root.
 //   - PidsLimit, Memory with MemorySwap equal to it (no swap on top of the memory
 //     limit), NanoCPUs, and a nofile ulimit from Limits.OpenFiles.
+//   - For runtime runsc the pids cgroup holds gVisor's own host tasks (the Sentry's
+//     threads and, with the ptrace platform, a stub process with threads for each
+//     process of the box: about 8 host tasks each), and reaching it crashes the whole
+//     sandbox. So there it is only a backstop, sized from Limits.Pids (see
+//     GVisorHostTasksPerProc), and the box's processes are held to Limits.Pids plus
+//     GVisorAgentThreads by an nproc ulimit, which gVisor enforces inside the sandbox
+//     (its own kernel counts the box user's tasks). Under runc an nproc ulimit would
+//     count every process of the uid on the host, so there the pids cgroup is the
+//     limit.
 //   - IpcMode private and CgroupnsMode private: no sharing with the host or other
 //     containers whatever the daemon's defaults.
 //   - Init false: the agent will be PID 1 and reaps the box's processes itself.
@@ -180,12 +210,19 @@ func HardenedConfig(p ContainerParams) (*container.Config, *container.HostConfig
 
 	noInit := false
 	pids := lim.Pids
+	ulimits := []*container.Ulimit{{Name: "nofile", Soft: lim.OpenFiles, Hard: lim.OpenFiles}}
+	if p.Runtime == RuntimeGVisor {
+		nproc := lim.Pids + GVisorAgentThreads
+		pids = nproc*GVisorHostTasksPerProc + GVisorHostTasks
+		ulimits = append(ulimits, &container.Ulimit{Name: "nproc", Soft: nproc, Hard: nproc})
+	}
 	host := &container.HostConfig{
 		NetworkMode:    "none",
 		ReadonlyRootfs: true,
 		Tmpfs: map[string]string{
 			TmpDir:           fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", lim.Tmp),
 			box.WorkspaceDir: fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=0755,uid=%d,gid=%d", lim.Disk, uid, gid),
+			MoatDir:          fmt.Sprintf("rw,noexec,nosuid,nodev,size=%d,mode=0755,uid=%d,gid=%d", MoatDirBytes, uid, gid),
 		},
 		ShmSize:      lim.Tmp,
 		CapDrop:      []string{"ALL"},
@@ -201,9 +238,7 @@ func HardenedConfig(p ContainerParams) (*container.Config, *container.HostConfig
 			MemorySwap: lim.Memory,
 			NanoCPUs:   int64(lim.CPUs * 1e9),
 			PidsLimit:  &pids,
-			Ulimits: []*container.Ulimit{
-				{Name: "nofile", Soft: lim.OpenFiles, Hard: lim.OpenFiles},
-			},
+			Ulimits:    ulimits,
 		},
 	}
 	if p.AgentHostPath != "" {

@@ -303,7 +303,7 @@ func TestHardenedBox(t *testing.T) {
 				// Docker's own: /etc/hosts, hostname and resolv.conf come from its
 				// per-container directory, not from a host path anyone chose.
 				switch target {
-				case "/", "/tmp", "/workspace", AgentPath, "/etc/hosts", "/etc/hostname", "/etc/resolv.conf":
+				case "/", "/tmp", "/workspace", MoatDir, AgentPath, "/etc/hosts", "/etc/hostname", "/etc/resolv.conf":
 				default:
 					if !strings.HasPrefix(target, "/proc") && !strings.HasPrefix(target, "/dev") && !strings.HasPrefix(target, "/sys") {
 						t.Errorf("unexpected mount %s: %+v", target, p.Mounts[target])

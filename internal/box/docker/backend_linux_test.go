@@ -1,0 +1,424 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/moat-sandbox/moat/internal/box"
+	"github.com/moat-sandbox/moat/internal/box/native"
+	"github.com/moat-sandbox/moat/internal/childproc"
+	"github.com/moat-sandbox/moat/internal/policy/python"
+)
+
+// TestMain lets the test binary act as the box's agent and init: NewBackend
+// bind-mounts this binary into each container, which runs it as MuxRole, which
+// re-executes it as native.InitRole.
+func TestMain(m *testing.M) {
+	childproc.Dispatch()
+	os.Exit(m.Run())
+}
+
+// These tests run boxes through NewBackend on the real dockerd, under runc and runsc,
+// one at a time: the tests that look for leftovers count every container this
+// process owns.
+
+func newTestBackend(t *testing.T, rt string) (*native.Backend, *Engine) {
+	t.Helper()
+	e := requireEngine(t)
+	requireRuntime(t, e, rt)
+	b, err := NewBackend(context.Background(), Options{Image: TestImage, Runtime: rt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if st, ok := b.Starter.(*Starter); ok {
+			st.Engine.Close()
+		}
+	})
+	return b, e
+}
+
+// forRuntimes runs f for runc and runsc.
+func forRuntimes(t *testing.T, f func(t *testing.T, b *native.Backend, e *Engine, rt string)) {
+	for _, rt := range runtimes {
+		t.Run(runtimeName(rt), func(t *testing.T) {
+			b, e := newTestBackend(t, rt)
+			f(t, b, e, rt)
+		})
+	}
+}
+
+// ownContainers lists the moat containers this process owns, running or not.
+func ownContainers(t *testing.T, e *Engine) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	list, err := e.cli.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: make(client.Filters).Add("label", LabelBox+"=1").Add("label", LabelOwner+"="+CurrentOwner().String()),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range list.Items {
+		ids = append(ids, c.ID)
+	}
+	return ids
+}
+
+// requireNoContainers fails when a box container of this process is left.
+func requireNoContainers(t *testing.T, e *Engine) {
+	t.Helper()
+	if ids := ownContainers(t, e); len(ids) > 0 {
+		t.Errorf("containers left behind: %v", ids)
+		for _, id := range ids {
+			_ = e.Remove(context.Background(), id, true)
+		}
+	}
+}
+
+// awaitContainer returns the one running box container of this process.
+func awaitContainer(t *testing.T, e *Engine) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if ids := ownContainers(t, e); len(ids) == 1 {
+			return ids[0]
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("no box container appeared")
+	return ""
+}
+
+func run(t *testing.T, b *native.Backend, spec *box.Spec) *box.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := b.Run(ctx, spec)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return res
+}
+
+func TestBackendRun(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, b *native.Backend, e *Engine, rt string) {
+		wantName := map[string]string{"": "docker", "runsc": "gvisor"}[rt]
+		if b.Name() != wantName {
+			t.Errorf("Name() = %q, want %q", b.Name(), wantName)
+		}
+		big := strings.Repeat("0123456789abcdef", 40<<10) // 640 KiB: past any pipe and window
+		cases := []struct {
+			name           string
+			lang, code     string
+			stdout, stderr string
+			status         box.Status
+			exit           int
+		}{
+			{"python print(1)", "python", "print(1)", "1\n", "", box.StatusOK, 0},
+			{"bash", "bash", "echo hi; echo err >&2; echo $((6*7))", "hi\n42\n", "err\n", box.StatusOK, 0},
+			{"python exit code", "python", "import sys; print('out'); sys.exit(3)", "out\n", "", box.StatusError, 3},
+			{"bash exit code", "bash", "exit 7", "", "", box.StatusError, 7},
+			{"python exception", "python", "raise ValueError('nope')", "", "ValueError: nope", box.StatusError, 1},
+			{"runs as 65534 in /workspace", "python", "import os; print(os.getuid(), os.getcwd())", "65534 /workspace\n", "", box.StatusOK, 0},
+			{"no network", "python", "import socket\ntry:\n  socket.create_connection(('10.0.0.1', 80), timeout=2)\nexcept OSError as e: print('refused')", "refused\n", "", box.StatusOK, 0},
+			{"big output", "python", "import sys; sys.stdout.write('0123456789abcdef' * (40 << 10))", big, "", box.StatusOK, 0},
+			{"orphans are killed, output still drained", "bash", "(sleep 100 &); echo done", "done\n", "", box.StatusOK, 0},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				res := run(t, b, &box.Spec{Language: c.lang, Code: []byte(c.code)})
+				if res.Status != c.status || res.ExitCode != c.exit || res.Stdout != c.stdout || !strings.Contains(res.Stderr, c.stderr) {
+					t.Errorf("got %s/%d stdout %q stderr %q; want %s/%d stdout %q stderr containing %q",
+						res.Status, res.ExitCode, clip(res.Stdout), res.Stderr, c.status, c.exit, clip(c.stdout), c.stderr)
+				}
+				if !slices.Contains(res.Isolation, "docker") || !slices.Contains(res.Isolation, "runtime_"+runtimeName(rt)) {
+					t.Errorf("isolation %v", res.Isolation)
+				}
+			})
+		}
+		requireNoContainers(t, e)
+	})
+}
+
+func clip(s string) string {
+	if len(s) > 100 {
+		return fmt.Sprintf("%s...(%d bytes)", s[:100], len(s))
+	}
+	return s
+}
+
+func TestBackendFilesAndReport(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, b *native.Backend, e *Engine, rt string) {
+		// A file bigger than a window and a pipe: it waits for init while the spec
+		// goes by on the sync channel.
+		data := bytes.Repeat([]byte("moat file\n"), 200<<10) // 2000 KiB
+		sum := sha256.Sum256(data)
+		path := filepath.Join(t.TempDir(), "in.txt")
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		small, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer small.Close()
+		code := `
+import hashlib, os
+d = open("data/in.txt", "rb").read()
+print(len(d), hashlib.sha256(d).hexdigest())
+print(os.path.getsize("copy.txt"))
+import sys; sys.stdout.write("x" * 300000); sys.stdout.flush()
+os.write(3, b'{"report": 1}\n')
+`
+		res := run(t, b, &box.Spec{
+			Language:    "python",
+			Interpreter: []string{"/usr/bin/python3", "-u"},
+			Code:        []byte(code),
+			Files:       []box.File{{Dest: "data/in.txt", Src: f}, {Dest: "copy.txt", Src: small}},
+			Report:      true,
+		})
+		want := fmt.Sprintf("%d %s\n%d\n%s", len(data), hex.EncodeToString(sum[:]), len(data), strings.Repeat("x", 300000))
+		if res.Status != box.StatusOK || res.Stdout != want {
+			t.Fatalf("status %s stdout %q stderr %q", res.Status, clip(res.Stdout), res.Stderr)
+		}
+		if string(res.Report) != `{"report": 1}`+"\n" {
+			t.Errorf("report %q", res.Report)
+		}
+	})
+}
+
+func TestBackendLimits(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, b *native.Backend, e *Engine, rt string) {
+		t.Run("timeout", func(t *testing.T) {
+			start := time.Now()
+			res := run(t, b, &box.Spec{
+				Language: "python",
+				Code:     []byte("import time\nprint('start', flush=True)\ntime.sleep(60)"),
+				Limits:   box.Limits{Timeout: time.Second},
+			})
+			if res.Status != box.StatusTimeout || res.Stdout != "start\n" {
+				t.Errorf("status %s stdout %q stderr %q", res.Status, res.Stdout, res.Stderr)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("took %v", d)
+			}
+			requireNoContainers(t, e)
+		})
+		t.Run("memory", func(t *testing.T) {
+			res := run(t, b, &box.Spec{
+				Language: "python",
+				Code:     []byte("x = bytearray(512 << 20)\nprint(len(x))"),
+				Limits:   box.Limits{Memory: 64 << 20},
+			})
+			if res.Status != box.StatusMemoryLimit {
+				t.Errorf("status %s exit %d stdout %q stderr %q", res.Status, res.ExitCode, res.Stdout, res.Stderr)
+			}
+		})
+		t.Run("output flood", func(t *testing.T) {
+			start := time.Now()
+			res := run(t, b, &box.Spec{
+				Language: "python",
+				Code:     []byte("while True:\n    print('x' * 1000)"),
+				Limits:   box.Limits{Output: 64 << 10, Timeout: 30 * time.Second},
+			})
+			if res.Status != box.StatusOutputLimit || !res.Truncated {
+				t.Errorf("status %s truncated %v, stdout %d bytes", res.Status, res.Truncated, len(res.Stdout))
+			}
+			if d := time.Since(start); d > 15*time.Second {
+				t.Errorf("took %v", d)
+			}
+		})
+		requireNoContainers(t, e)
+	})
+}
+
+// pythonSession is a Python session as the engine starts one: the policy runner in
+// session mode, with the default policy.
+func pythonSession() *box.SessionSpec {
+	return &box.SessionSpec{
+		Language:    "python",
+		Interpreter: python.SessionInterpreter(python.RunnerPath),
+		Support:     python.Support(python.DefaultPolicy(), nil),
+	}
+}
+
+func TestBackendSession(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, b *native.Backend, e *Engine, rt string) {
+		ctx := context.Background()
+		s, err := b.StartSession(ctx, pythonSession())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		exec := func(code string) *box.Result {
+			t.Helper()
+			res, err := s.Exec(ctx, &box.Call{Code: []byte(code), Timeout: 20 * time.Second})
+			if err != nil {
+				t.Fatalf("Exec %q: %v", code, err)
+			}
+			return res
+		}
+		if res := exec("x = 41"); res.Status != box.StatusOK {
+			t.Fatalf("x = 41: %+v", res)
+		}
+		if res := exec("print(x + 1)"); res.Status != box.StatusOK || res.Stdout != "42\n" {
+			t.Fatalf("print(x + 1): status %s stdout %q stderr %q", res.Status, res.Stdout, res.Stderr)
+		}
+		// A call's output, however large, is all the call's: it reaches the host
+		// before the call's end does.
+		for i := range 3 {
+			res := exec("import sys; sys.stdout.write('y' * 700000); print(end='', flush=True)")
+			if len(res.Stdout) != 700000 {
+				t.Fatalf("round %d: %d bytes of output, want 700000", i, len(res.Stdout))
+			}
+		}
+
+		payload := bytes.Repeat([]byte("session file\n"), 50<<10)
+		if err := s.PutFile(ctx, "dir/f.txt", bytes.NewReader(payload), int64(len(payload))); err != nil {
+			t.Fatal(err)
+		}
+		if res := exec("print(len(open('dir/f.txt').read()))"); res.Stdout != fmt.Sprintf("%d\n", len(payload)) {
+			t.Fatalf("the code read %q", res.Stdout)
+		}
+		exec("open('made.txt', 'w').write('made in the box')")
+		var got bytes.Buffer
+		if n, err := s.GetFile(ctx, "made.txt", &got, 1<<20); err != nil || n != 15 || got.String() != "made in the box" {
+			t.Fatalf("GetFile: %d, %v, %q", n, err, got.String())
+		}
+		got.Reset()
+		if _, err := s.GetFile(ctx, "dir/f.txt", &got, 1<<20); err != nil || !bytes.Equal(got.Bytes(), payload) {
+			t.Fatalf("GetFile of the put file: %v, %d bytes", err, got.Len())
+		}
+		list, err := s.ListFiles(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, fi := range list {
+			names = append(names, fi.Path)
+		}
+		for _, want := range []string{"dir", "dir/f.txt", "made.txt"} {
+			if !slices.Contains(names, want) {
+				t.Errorf("ListFiles: %v lacks %s", names, want)
+			}
+		}
+		if err := s.RemoveFile(ctx, "made.txt"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.GetFile(ctx, "made.txt", &got, 1<<20); !errors.Is(err, box.ErrFileNotFound) {
+			t.Fatalf("GetFile of a removed file: %v", err)
+		}
+		if res := exec("print(x)"); res.Stdout != "41\n" {
+			t.Fatalf("state after file operations: %q", res.Stdout)
+		}
+		if len(ownContainers(t, e)) != 1 {
+			t.Errorf("want one container while the session lives")
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(s.Err(), box.ErrSessionClosed) {
+			t.Errorf("Err after Close: %v", s.Err())
+		}
+		requireNoContainers(t, e)
+	})
+}
+
+func TestBackendKilledFromOutside(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, b *native.Backend, e *Engine, rt string) {
+		t.Run("run", func(t *testing.T) {
+			type out struct {
+				res *box.Result
+				err error
+			}
+			done := make(chan out, 1)
+			go func() {
+				res, err := b.Run(context.Background(), &box.Spec{
+					Language: "python",
+					Code:     []byte("import time\nprint('up', flush=True)\ntime.sleep(60)"),
+					Limits:   box.Limits{Timeout: time.Minute},
+				})
+				done <- out{res, err}
+			}()
+			id := awaitContainer(t, e)
+			time.Sleep(500 * time.Millisecond) // let the code start
+			if err := e.Kill(context.Background(), id); err != nil {
+				t.Fatal(err)
+			}
+			killed := time.Now()
+			select {
+			case o := <-done:
+				if o.err == nil && o.res.Status != box.StatusKilled {
+					t.Errorf("status %s, want killed or an error", o.res.Status)
+				}
+				t.Logf("ended %v after the kill: %v %v", time.Since(killed).Round(time.Millisecond), o.err, o.res)
+			case <-time.After(15 * time.Second):
+				t.Fatal("Run still running 15s after its container was killed")
+			}
+			requireNoContainers(t, e)
+		})
+		t.Run("session", func(t *testing.T) {
+			s, err := b.StartSession(context.Background(), pythonSession())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			id := awaitContainer(t, e)
+			if err := e.Kill(context.Background(), id); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-s.Done():
+			case <-time.After(15 * time.Second):
+				t.Fatal("session still alive 15s after its container was killed")
+			}
+			if !errors.Is(s.Err(), box.ErrSessionLost) {
+				t.Errorf("Err: %v, want ErrSessionLost", s.Err())
+			}
+			if _, err := s.Exec(context.Background(), &box.Call{Code: []byte("print(1)")}); !errors.Is(err, box.ErrSessionLost) {
+				t.Errorf("Exec on a lost session: %v", err)
+			}
+			requireNoContainers(t, e)
+		})
+	})
+}
+
+func TestNewBackendErrors(t *testing.T) {
+	ctx := context.Background()
+	if _, err := NewBackend(ctx, Options{}); err == nil || !strings.Contains(err.Error(), "no image configured") {
+		t.Errorf("no image: %v", err)
+	}
+	host := "unix://" + filepath.Join(t.TempDir(), "no-docker.sock")
+	if _, err := NewBackend(ctx, Options{Host: host, Image: TestImage}); !errors.Is(err, ErrDaemonUnreachable) {
+		t.Errorf("no daemon: %v", err)
+	}
+	requireEngine(t)
+	_, err := NewBackend(ctx, Options{Image: "moat-test-missing:never"})
+	if !errors.Is(err, ErrImageNotFound) || !strings.Contains(err.Error(), "moat-test-missing:never") || !strings.Contains(err.Error(), "scripts/backends") {
+		t.Errorf("missing image: %v", err)
+	}
+	_, err = NewBackend(ctx, Options{Image: TestImage, Runtime: "moat-no-such-runtime"})
+	if err == nil || !strings.Contains(err.Error(), "runtime moat-no-such-runtime is not registered with dockerd") || !strings.Contains(err.Error(), "see scripts/backends") {
+		t.Errorf("unknown runtime: %v", err)
+	}
+}
