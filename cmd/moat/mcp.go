@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/box"
-	"github.com/moat-sandbox/moat/internal/box/native"
 	"github.com/moat-sandbox/moat/internal/config"
 	"github.com/moat-sandbox/moat/internal/engine"
 	"github.com/moat-sandbox/moat/internal/gate"
@@ -45,6 +44,7 @@ func cmdMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "config file (default: the first of "+strings.Join(config.SearchPath(), ", ")+")")
 	profile := fs.String("profile", "", "policy profile of every execution (default: the config's)")
+	backendName := fs.String("backend", "", backendFlagUsage)
 	fs.Usage = func() { fmt.Fprint(stderr, mcpUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -68,6 +68,11 @@ func cmdMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "moat: %v\n", err)
 		return exitUsage
 	}
+	rb, err := cfg.ResolveBackend(*backendName)
+	if err != nil {
+		fmt.Fprintf(stderr, "moat: --backend: %v\n", err)
+		return exitUsage
+	}
 	// The server settings give the sessions' TTLs, the file cap, the default quotas
 	// and the limits' caps. API keys and the data directory are the HTTP server's
 	// business: a stdio server reads no key variable and writes no file.
@@ -86,7 +91,16 @@ func cmdMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	for _, w := range cfg.Warnings() {
 		log.Warn("config: " + w)
 	}
-	eng, err := engine.New(cfg, &native.Backend{}, os.Environ(), log)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// Before the engine, so that moat refuses to start when it cannot make boxes.
+	backend, closeBackend, err := openBackend(ctx, rb, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "moat: %v\n", err)
+		return exitInternal
+	}
+	defer closeBackend() // after the engine's Close, deferred below
+	eng, err := engine.New(cfg, backend, os.Environ(), log)
 	if err != nil {
 		fmt.Fprintf(stderr, "moat: %v\n", err)
 		return exitUsage
@@ -113,7 +127,7 @@ func cmdMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "moat: sessions: %v\n", err)
 		return exitInternal
 	}
-	logIsolation(log)
+	logIsolation(log, backend.Name())
 
 	p := &gate.Principal{
 		Name:    localPrincipal,
@@ -130,8 +144,6 @@ func cmdMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	})
 	defer server.Close()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	log.Info("mcp: serving on stdio", "principal", p.Name, "profile", p.Profile)
 	if err := server.ServeStdio(ctx, p, stdin, stdout); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("mcp: stdio", "err", err)

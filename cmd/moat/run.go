@@ -39,6 +39,12 @@ box that is destroyed afterwards. The language is inferred from FILE's extension
 With --server URL, the run goes to a moat server (POST /v1/execute) with the same
 options, output and exit statuses; 69 when the server cannot be reached.
 
+--backend docker (or gvisor: docker with the runsc runtime) runs the box in a hardened
+container instead of the native box; the config's backend section gives the daemon,
+image and runtime. A backend that cannot start (no daemon, image or runtime) is moat's
+failure, 70, with what is missing and how to get it; moat uses another backend only
+when the config's backend.fallback lists one, and never when --backend is given.
+
 Exit status without --json: the code's own exit status; 124 on timeout, 137 at the
 memory limit, 141 for an output flood, 126 when the policy blocked the code, 128+N when
 killed by signal N; 2 for usage errors (and an invalid config) and 70 when moat itself
@@ -64,7 +70,7 @@ type runFlags struct {
 func defaultRunFlags() runFlags {
 	return runFlags{
 		timeout: "30s", memory: "256MiB", cpus: "1", pids: "64", disk: "100MiB", tmp: "64MiB",
-		output: "1MiB", backend: "native", set: map[string]bool{},
+		output: "1MiB", set: map[string]bool{},
 	}
 }
 
@@ -82,7 +88,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.tmp, "tmp", f.tmp, "size of /tmp")
 	fs.StringVar(&f.output, "output-limit", f.output, "bytes of output kept per stream (head and tail)")
 	fs.StringVar(&f.network, "network", f.network, "network: none, allow:HOST[:PORT][,HOST[:PORT]...] or open (config network.allow_open); default the profile's, none unless the config gives it one")
-	fs.StringVar(&f.backend, "backend", f.backend, "backend: native")
+	fs.StringVar(&f.backend, "backend", f.backend, backendFlagUsage)
 	fs.Var(&f.files, "file", "copy host file SRC into the workspace, as DEST if given: SRC[:DEST] (repeatable)")
 	fs.Var(&f.env, "env", "set KEY=VALUE in the code's environment (repeatable)")
 	fs.StringVar(&f.configPath, "config", "", "config file (default: the first of "+strings.Join(config.SearchPath(), ", ")+")")
@@ -108,22 +114,32 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if f.server != "" {
 		return runRemote(&f, req, stdout, stderr)
 	}
-	if f.backend != "native" {
-		fmt.Fprintf(stderr, "moat: unknown backend %q (available: native)\n", f.backend)
-		return exitUsage
-	}
 	cfg, err := loadConfig(f.configPath)
 	if err != nil {
 		fmt.Fprintf(stderr, "moat: %v\n", err)
 		return exitUsage
 	}
-	eng, err := engine.New(cfg, &native.Backend{}, os.Environ(), nil)
+	rb, err := cfg.ResolveBackend(f.backend)
+	if err != nil {
+		fmt.Fprintf(stderr, "moat: --backend: %v\n", err)
+		return exitUsage
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	backend, closeBackend, err := openBackend(ctx, rb, log)
+	if err != nil {
+		// Not sanitized: the host's operator needs the daemon's address and socket.
+		return runFailed(f.jsonOut, err.Error(), stdout, stderr)
+	}
+	defer closeBackend()
+	eng, err := engine.New(cfg, backend, os.Environ(), nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "moat: %v\n", err)
 		return exitUsage
 	}
 	// The run is audited like any other: in the data directory's store.
-	trail, err := openAudit(cfg, "", eng, nil, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), false)
+	trail, err := openAudit(cfg, "", eng, nil, log, false)
 	if err != nil {
 		fmt.Fprintf(stderr, "moat: audit: %v\n", err)
 		return exitInternal
@@ -134,22 +150,13 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		req.Stdout, req.Stderr = stdout, stderr
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	res, err := eng.Execute(ctx, req)
 	if errors.Is(err, engine.ErrBadRequest) {
 		fmt.Fprintf(stderr, "moat: %v\n", strings.TrimPrefix(err.Error(), engine.ErrBadRequest.Error()+": "))
 		return exitUsage
 	}
 	if err != nil {
-		msg := filter.SanitizeError(err.Error())
-		if f.jsonOut {
-			r := &box.Result{Status: box.StatusInternalError, ExitCode: -1, Error: msg}
-			r.Normalize()
-			writeJSON(stdout, r)
-		}
-		fmt.Fprintf(stderr, "moat: %s\n", msg)
-		return exitInternal
+		return runFailed(f.jsonOut, filter.SanitizeError(err.Error()), stdout, stderr)
 	}
 	if f.jsonOut {
 		writeJSON(stdout, res)
@@ -158,9 +165,22 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return reportLive(res, stderr)
 }
 
+// runFailed reports that moat itself failed with msg (with --json, also as a result
+// of status internal_error) and returns exitInternal.
+func runFailed(jsonOut bool, msg string, stdout, stderr io.Writer) int {
+	if jsonOut {
+		r := &box.Result{Status: box.StatusInternalError, ExitCode: -1, Error: msg}
+		r.Normalize()
+		writeJSON(stdout, r)
+	}
+	fmt.Fprintf(stderr, "moat: %s\n", msg)
+	return exitInternal
+}
+
 // newEngine loads the config (the given file, or the first found on the search path,
-// or the defaults) and builds the engine on the native backend. An invalid config is
-// an error: moat never falls back to defaults silently.
+// or the defaults) and builds the engine on the native backend, for the commands that
+// run no box (policy check, bench policy). An invalid config is an error: moat never
+// falls back to defaults silently.
 func newEngine(configPath string) (*engine.Engine, error) {
 	cfg, err := loadConfig(configPath)
 	if err != nil {

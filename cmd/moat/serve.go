@@ -62,6 +62,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	configPath := fs.String("config", "", "config file (default: the first of "+strings.Join(config.SearchPath(), ", ")+")")
 	dataDir := fs.String("data-dir", "", "directory for moat's state and the API token (default: server.data_dir of the config, else "+config.SystemDataDir+" for root, ~/.local/share/moat for others)")
 	logFormat := fs.String("log-format", "text", "operational log format on stderr: text or json (never code, tokens or secrets)")
+	backendName := fs.String("backend", "", backendFlagUsage)
 	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -90,6 +91,11 @@ func cmdServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "moat: %v\n", err)
 		return exitUsage
 	}
+	rb, err := cfg.ResolveBackend(*backendName)
+	if err != nil {
+		fmt.Fprintf(stderr, "moat: --backend: %v\n", err)
+		return exitUsage
+	}
 	var log *slog.Logger
 	switch *logFormat {
 	case "text":
@@ -100,15 +106,22 @@ func cmdServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "moat serve: --log-format: want text or json, not %q\n", *logFormat)
 		return exitUsage
 	}
-	return serve(cfg, srv, log, stderr)
+	return serve(cfg, srv, rb, log, stderr)
 }
 
 // serve runs the server until a signal; it returns moat's exit status.
-func serve(cfg *config.Config, srv config.ResolvedServer, log *slog.Logger, stderr io.Writer) int {
+func serve(cfg *config.Config, srv config.ResolvedServer, rb config.ResolvedBackend, log *slog.Logger, stderr io.Writer) int {
 	for _, w := range cfg.Warnings() {
 		log.Warn("config: " + w)
 	}
-	eng, err := engine.New(cfg, &native.Backend{}, os.Environ(), log)
+	// Before the engine, so that moat refuses to start when it cannot make boxes.
+	backend, closeBackend, err := openBackend(context.Background(), rb, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "moat: %v\n", err)
+		return exitInternal
+	}
+	defer closeBackend() // after the engine's Close, deferred below
+	eng, err := engine.New(cfg, backend, os.Environ(), log)
 	if err != nil {
 		fmt.Fprintf(stderr, "moat: %v\n", err)
 		return exitUsage
@@ -152,7 +165,7 @@ func serve(cfg *config.Config, srv config.ResolvedServer, log *slog.Logger, stde
 		fmt.Fprintf(stderr, "moat: API token in %s; clients read it from there or from MOAT_TOKEN\n", g.TokenPath())
 	}
 	reapBoxes(log)
-	logIsolation(log)
+	logIsolation(log, backend.Name())
 	// After the reaping, which would take the pool's boxes for a crashed run's.
 	if srv.Pool.Enabled {
 		if err := eng.EnablePool(engine.PoolOptions{
@@ -241,8 +254,13 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 }
 
 // logIsolation logs, at startup, what the native backend enforces on this host and
-// what it cannot.
-func logIsolation(log *slog.Logger) {
+// what it cannot. Other backends' boxes are containers: openBackend logged which, and
+// each result's isolation lists what was in force.
+func logIsolation(log *slog.Logger, backend string) {
+	if backend != config.BackendNative {
+		log.Info("isolation: each box is a container of backend "+backend+"; each result's isolation lists what was in force", "backend", backend)
+		return
+	}
 	checks := native.Probe()
 	for _, c := range checks {
 		if c.OK {

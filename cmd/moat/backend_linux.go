@@ -1,0 +1,25 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/moat-sandbox/moat/internal/box"
+	"github.com/moat-sandbox/moat/internal/box/docker"
+	"github.com/moat-sandbox/moat/internal/config"
+)
+
+// newDockerBackend builds a docker or gvisor backend; it checks the daemon, the image
+// and the runtime, and its error says which one is missing and how to get it. The
+// returned func closes the backend's connection to the daemon.
+func newDockerBackend(ctx context.Context, rb config.ResolvedBackend, log *slog.Logger) (box.Backend, func(), error) {
+	b, err := docker.NewBackend(ctx, docker.Options{Host: rb.Host, Image: rb.Image, Runtime: rb.Runtime, Log: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	closeB := func() {}
+	if s, ok := b.Starter.(*docker.Starter); ok {
+		closeB = func() { _ = s.Engine.Close() }
+	}
+	return b, closeB, nil
+}
