@@ -32,6 +32,7 @@ type runOut struct {
 	exit     int
 	maxRSSKB int64
 	wall     time.Duration
+	pid      int // moat's: the owner label of the containers it made
 }
 
 // moatRun runs `moat run --json ARGS` with code on stdin.
@@ -68,6 +69,9 @@ func moatExecAs(t *testing.T, cred *syscall.Credential, stdin string, args ...st
 	start := time.Now()
 	err := cmd.Run()
 	out := runOut{stdout: so.String(), stderr: se.String(), wall: time.Since(start)}
+	if cmd.Process != nil {
+		out.pid = cmd.Process.Pid
+	}
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
