@@ -689,7 +689,7 @@ func TestBadInput(t *testing.T) {
 		{name: "file larger than disk", args: []string{"run", "--disk", "1KiB", "--file", big, good}, msg: "moat: --file", want: "larger than the workspace"},
 		{name: "network host", args: []string{"run", "--network", "host", good}, msg: "moat: network mode", want: `"host"`},
 		{name: "network empty", args: []string{"run", "--network", "", good}, msg: "moat: network mode"},
-		{name: "backend docker", args: []string{"run", "--backend", "docker", good}, msg: "moat: unknown backend", want: `"docker"`},
+		{name: "backend unknown", args: []string{"run", "--backend", "podman", good}, msg: "moat: --backend: unknown backend", want: `"podman" (want native, docker or gvisor)`},
 		{name: "unknown subcommand", args: []string{"frob"}, msg: `moat: unknown command "frob"`, usage: true},
 		{name: "misspelled run", args: []string{"rnu", good}, msg: `moat: unknown command "rnu"`, usage: true},
 	}
