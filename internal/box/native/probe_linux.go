@@ -2,12 +2,8 @@ package native
 
 import (
 	"fmt"
-	"io"
-	"net"
 	"os"
-	"os/exec"
 	"strings"
-	"time"
 
 	"github.com/moat-sandbox/moat/internal/linux/cgroup"
 	"github.com/moat-sandbox/moat/internal/linux/landlock"
@@ -21,8 +17,8 @@ type Check struct {
 	Detail string `json:"detail"`
 }
 
-// Probe inspects the host: what the native backend can enforce here, and which other
-// backends exist. It changes nothing.
+// Probe inspects the host: what the native backend can enforce here. It changes
+// nothing. (moat doctor checks the docker and gvisor backends itself.)
 func Probe() []Check {
 	var out []Check
 	add := func(name string, ok bool, format string, args ...any) {
@@ -62,12 +58,6 @@ func Probe() []Check {
 		}
 		add("cgroups", true, "%s", detail)
 	}
-	add("docker", dockerUp(), "%s", dockerDetail())
-	if p, err := exec.LookPath("runsc"); err == nil {
-		add("runsc (gVisor)", true, "found at %s", p)
-	} else {
-		add("runsc (gVisor)", false, "not installed (Debian: apt-get install runsc)")
-	}
 	return out
 }
 
@@ -77,35 +67,6 @@ func readTrim(path string) string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
-}
-
-const dockerSock = "/var/run/docker.sock"
-
-// dockerUp pings the engine with a bare HTTP/1.0 request over its socket (net/http would
-// add megabytes to the binary that every box's init pays for at start-up).
-func dockerUp() bool {
-	c, err := net.DialTimeout("unix", dockerSock, time.Second)
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")); err != nil {
-		return false
-	}
-	buf := make([]byte, 64)
-	n, _ := io.ReadAtLeast(c, buf, 12)
-	return strings.HasPrefix(string(buf[:n]), "HTTP/1.") && strings.Contains(string(buf[:n]), " 200 ")
-}
-
-func dockerDetail() string {
-	if dockerUp() {
-		return "engine answering on " + dockerSock + " (the docker backend is not built yet)"
-	}
-	if _, err := os.Stat(dockerSock); err == nil {
-		return "socket " + dockerSock + " exists but the engine does not answer"
-	}
-	return "no engine at " + dockerSock + " (Debian: apt-get install docker.io, then start dockerd)"
 }
 
 // Enforced says in plain words what `moat run` enforces on this host, given checks.
