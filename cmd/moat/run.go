@@ -274,6 +274,11 @@ func buildRequest(f *runFlags, pos []string, stdin io.Reader) (*engine.Request, 
 		}
 	}
 	spec := &engine.Request{Profile: f.profile, Network: f.network}
+	if f.set["network"] {
+		if _, err := engine.ParseNetwork(f.network); err != nil {
+			return nil, cleanup, err
+		}
+	}
 	var err error
 	if spec.Limits, err = parseLimits(f); err != nil {
 		return nil, cleanup, err

@@ -95,6 +95,11 @@ func (e *Engine) network(profName string, prof config.Profile, asked string, c C
 	}
 	local := c.FrontEnd == audit.FrontEndCLI
 	mode, allow := pn.Mode, pn.Allow
+	if asked != "" {
+		if _, err := ParseNetwork(asked); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+	}
 	switch {
 	case asked == "":
 	case asked == config.NetworkNone:
@@ -108,10 +113,7 @@ func (e *Engine) network(profName string, prof config.Profile, asked string, c C
 		}
 		mode, allow = config.NetworkOpen, nil
 	case strings.HasPrefix(asked, "allow:"):
-		rules, err := egress.ParseRules(strings.TrimPrefix(asked, "allow:"))
-		if err != nil {
-			return nil, fmt.Errorf("%w: network %q: %w", ErrBadRequest, asked, err)
-		}
+		rules, _ := ParseNetwork(asked)
 		if !local {
 			for _, r := range rules {
 				if !covers(pn, r) {
@@ -120,8 +122,6 @@ func (e *Engine) network(profName string, prof config.Profile, asked string, c C
 			}
 		}
 		mode, allow = config.NetworkAllowlist, rules
-	default:
-		return nil, fmt.Errorf("%w: unknown network %q (want none, allow:HOST[:PORT],... or open)", ErrBadRequest, asked)
 	}
 	if mode == config.NetworkNone {
 		return &netPlan{}, nil
@@ -156,6 +156,23 @@ func (e *Engine) network(profName string, prof config.Profile, asked string, c C
 	plan.support = []box.SupportFile{{Path: CABundlePath, Data: bundle}}
 	plan.desc = "egress_proxy:" + mode
 	return plan, nil
+}
+
+// ParseNetwork checks the syntax of a request's network: none, open, or
+// allow:HOST[:PORT],... (whose rules it returns). Whether the request may have it is
+// for the engine to decide.
+func ParseNetwork(s string) ([]egress.Rule, error) {
+	switch {
+	case s == config.NetworkNone, s == config.NetworkOpen:
+		return nil, nil
+	case strings.HasPrefix(s, "allow:"):
+		rules, err := egress.ParseRules(strings.TrimPrefix(s, "allow:"))
+		if err != nil {
+			return nil, fmt.Errorf("network mode %q: %w", s, err)
+		}
+		return rules, nil
+	}
+	return nil, fmt.Errorf("network mode %q is not one of none, allow:HOST[:PORT],... or open", s)
 }
 
 // covers says whether the profile's network allows every destination rule r names.

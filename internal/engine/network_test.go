@@ -54,7 +54,7 @@ func TestNetworkRequests(t *testing.T) {
 		{"default", "allow:pypi.org", api, "does not allow pypi.org", false},
 		{"default", "", api, "", false},
 		{"net", "allow:", cli, "network", false},
-		{"net", "wide", cli, "unknown network", false},
+		{"net", "wide", cli, `network mode "wide" is not one of`, false},
 	}
 	for _, tc := range tests {
 		rec := &recorder{res: box.Result{Status: box.StatusOK}}
