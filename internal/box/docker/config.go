@@ -50,9 +50,10 @@ const RuntimeGVisor = "runsc"
 
 // Sizing of a gVisor box's limits (see HardenedConfig).
 const (
-	// GVisorAgentThreads is what the agent and the box's init (both Go) may use of
-	// the nproc limit on top of Limits.Pids.
-	GVisorAgentThreads = 32
+	// AgentTasks is what the agent and the box's init (both Go) may use on top of
+	// Limits.Pids: of the pids cgroup under runc, of the nproc limit under runsc. It
+	// keeps code that reaches its limit from starving moat's own processes first.
+	AgentTasks = 32
 	// GVisorHostTasksPerProc bounds the host tasks (pids cgroup) one task in the
 	// sandbox may cost; GVisorHostTasks is the Sentry's and the gofer's own share.
 	GVisorHostTasksPerProc = 16
@@ -147,14 +148,14 @@ func parseOwner(label string) (pid int, host string, ok bool) {
 //   - No seccomp option: Docker's default profile stays in force. Never
 //     seccomp=unconfined.
 //   - User UID:GID, never root.
-//   - PidsLimit, Memory with MemorySwap equal to it (no swap on top of the memory
+//   - PidsLimit (Limits.Pids plus AgentTasks for moat's agent and init), Memory with MemorySwap equal to it (no swap on top of the memory
 //     limit), NanoCPUs, and a nofile ulimit from Limits.OpenFiles.
 //   - For runtime runsc the pids cgroup holds gVisor's own host tasks (the Sentry's
 //     threads and, with the ptrace platform, a stub process with threads for each
 //     process of the box: about 8 host tasks each), and reaching it crashes the whole
 //     sandbox. So there it is only a backstop, sized from Limits.Pids (see
 //     GVisorHostTasksPerProc), and the box's processes are held to Limits.Pids plus
-//     GVisorAgentThreads by an nproc ulimit, which gVisor enforces inside the sandbox
+//     AgentTasks by an nproc ulimit, which gVisor enforces inside the sandbox
 //     (its own kernel counts the box user's tasks). Under runc an nproc ulimit would
 //     count every process of the uid on the host, so there the pids cgroup is the
 //     limit.
@@ -209,10 +210,10 @@ func HardenedConfig(p ContainerParams) (*container.Config, *container.HostConfig
 	}
 
 	noInit := false
-	pids := lim.Pids
+	pids := lim.Pids + AgentTasks
 	ulimits := []*container.Ulimit{{Name: "nofile", Soft: lim.OpenFiles, Hard: lim.OpenFiles}}
 	if p.Runtime == RuntimeGVisor {
-		nproc := lim.Pids + GVisorAgentThreads
+		nproc := lim.Pids + AgentTasks
 		pids = nproc*GVisorHostTasksPerProc + GVisorHostTasks
 		ulimits = append(ulimits, &container.Ulimit{Name: "nproc", Soft: nproc, Hard: nproc})
 	}

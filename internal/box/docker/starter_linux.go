@@ -342,9 +342,9 @@ func (p *proc) supervise() {
 	p.exit, p.exited = r.exit, r.err == nil
 	switch {
 	case r.err != nil:
-		p.waitErr = fmt.Errorf("docker backend: lost the box's container: %w", r.err)
+		p.waitErr = fmt.Errorf("docker backend: %w: lost the box's container: %w", native.ErrProcLost, r.err)
 	case recvErr != nil && !errors.Is(recvErr, io.ErrClosedPipe):
-		p.waitErr = fmt.Errorf("docker backend: the box's stream broke: %w", recvErr)
+		p.waitErr = fmt.Errorf("docker backend: %w: the box's stream broke: %w", native.ErrProcLost, recvErr)
 	case r.exit.Code != 0:
 		p.waitErr = fmt.Errorf("container exited with status %d%s", r.exit.Code, p.agentSaid())
 	}

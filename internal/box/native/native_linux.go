@@ -105,6 +105,7 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 	}
 	defer bp.release(b.log(), tr)
 	proc := bp.proc
+	_, contained := b.starter()
 	stdoutR, stderrR, reportR := bp.stdoutR, bp.stderrR, bp.reportR
 	kill := bp.kill
 	res := &box.Result{Warnings: bp.warnings}
@@ -209,6 +210,11 @@ wait:
 		// The OOM killer took init too, or the whole box with it (gVisor's
 		// Sentry is charged for the code's memory and dies first).
 		res.Status, res.ExitCode = box.StatusMemoryLimit, -1
+	case msg.Kind != "exit" && contained && !errors.Is(waitErr, ErrProcLost):
+		// In a container, init runs as the code's user: the code can kill it, or
+		// starve it of processes. The box is gone; that is the code's doing.
+		res.Status, res.ExitCode = box.StatusKilled, -1
+		res.Stderr += "\n[moat: the box's init ended before the code did (killed or starved by the code); the box was destroyed]\n"
 	case msg.Kind != "exit":
 		return nil, fmt.Errorf("box init ended without a result (%v, %s); its last output: %q", waitErr, msg.Detail, box.LastLine(errCap.String(), 300))
 	case oomKills > 0 && msg.ExitCode != 0:

@@ -1,6 +1,7 @@
 package native
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -58,9 +59,14 @@ type Starter interface {
 	Start(req *StartRequest) (Proc, error)
 }
 
+// ErrProcLost: a Starter lost track of its box (its runtime stopped answering), so
+// nothing is known of how the box ended. Proc.Wait wraps it.
+var ErrProcLost = errors.New("lost the box")
+
 // Proc is a started init.
 type Proc interface {
-	// Wait returns once init (and with it the box's every process) is gone.
+	// Wait returns once init (and with it the box's every process) is gone; an error
+	// wrapping ErrProcLost when the Starter cannot tell how it ended.
 	Wait() error
 	// Kill ends the box at once; it is safe to call at any time, more than once.
 	Kill()
