@@ -422,3 +422,58 @@ func TestNewBackendErrors(t *testing.T) {
 		t.Errorf("unknown runtime: %v", err)
 	}
 }
+
+// TestBackendWorkspaceFull fills the workspace past its disk limit: the code gets
+// ENOSPC as a Python OSError and the box's result comes back, its container removed;
+// a session's PutFile past the free space is ErrWorkspaceFull, and the session lives
+// on.
+func TestBackendWorkspaceFull(t *testing.T) {
+	const disk = 8 << 20
+	forRuntimes(t, func(t *testing.T, b *native.Backend, e *Engine, rt string) {
+		t.Run("run", func(t *testing.T) {
+			res := run(t, b, &box.Spec{
+				Language: "python",
+				Code: []byte("n = 0\nwith open('big', 'wb') as f:\n" +
+					"    while True:\n        f.write(b'x' * (1 << 20)); f.flush(); n += 1"),
+				Limits: box.Limits{Disk: disk, Timeout: time.Minute},
+			})
+			if res.Status != box.StatusError || res.ExitCode == 0 {
+				t.Errorf("status %s exit %d, want error", res.Status, res.ExitCode)
+			}
+			if !strings.Contains(res.Stderr, "OSError") || !strings.Contains(res.Stderr, "No space left on device") {
+				t.Errorf("stderr %q lacks the OSError of ENOSPC", res.Stderr)
+			}
+			requireNoContainers(t, e)
+		})
+		t.Run("session", func(t *testing.T) {
+			ctx := context.Background()
+			spec := pythonSession()
+			spec.Limits = box.Limits{Disk: disk}
+			s, err := b.StartSession(ctx, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			big := bytes.Repeat([]byte("x"), 2*disk)
+			err = s.PutFile(ctx, "big.bin", bytes.NewReader(big), int64(len(big)))
+			if !errors.Is(err, box.ErrWorkspaceFull) {
+				t.Fatalf("PutFile of %d bytes into a %d-byte workspace: %v, want ErrWorkspaceFull", len(big), disk, err)
+			}
+			if err := s.Err(); err != nil {
+				t.Fatalf("session ended after the full workspace: %v", err)
+			}
+			small := []byte("still room")
+			if err := s.PutFile(ctx, "small.txt", bytes.NewReader(small), int64(len(small))); err != nil {
+				t.Fatalf("PutFile of a small file after the full one: %v", err)
+			}
+			res, err := s.Exec(ctx, &box.Call{Code: []byte("print(open('small.txt').read())"), Timeout: 20 * time.Second})
+			if err != nil || res.Status != box.StatusOK || res.Stdout != "still room\n" {
+				t.Fatalf("the session after the full workspace: %v %+v", err, res)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			requireNoContainers(t, e)
+		})
+	})
+}
