@@ -7,7 +7,7 @@ import (
 )
 
 func TestBackendErrors(t *testing.T) {
-	tests := []struct{ name, src, want string }{
+	tests := []parseErrCase{
 		{"unknown name", "backend:\n  name: podman\n", `m.yaml:2: backend.name: unknown backend "podman" (want native, docker or gvisor)`},
 		{"unknown runtime", "backend:\n  name: docker\n  docker:\n    runtime: kata\n", `m.yaml:4: backend.docker.runtime: unknown runtime "kata" (want runc or runsc`},
 		{"runc with gvisor", "backend:\n  name: gvisor\n  docker:\n    runtime: runc\n", `m.yaml:4: backend.docker.runtime: runc contradicts backend gvisor`},
@@ -23,17 +23,7 @@ func TestBackendErrors(t *testing.T) {
 		{"fallback to gvisor on runc", "backend:\n  name: docker\n  docker: {runtime: runc}\n  fallback: [gvisor]\n", `m.yaml:4: backend.fallback[0]: gvisor needs runtime runsc`},
 		{"unknown key", "backend:\n  docker:\n    images: {python: x}\n", `m.yaml:3: backend.docker.images: unknown key (want host, image or runtime)`},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got := parseErr(t, tc.src)
-			for _, line := range strings.Split(got, "\n") {
-				if strings.HasPrefix(line, tc.want) {
-					return
-				}
-			}
-			t.Errorf("error:\n%s\nwant a line starting with:\n%s", got, tc.want)
-		})
-	}
+	checkParseErrors(t, tests)
 }
 
 func TestResolveBackend(t *testing.T) {

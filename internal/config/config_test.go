@@ -142,12 +142,32 @@ func TestBuiltinProfiles(t *testing.T) {
 	}
 }
 
+// parseErrCase is a config source and a line its error must hold.
+type parseErrCase struct {
+	name string
+	src  string
+	want string // the start of a line of the error
+}
+
+// checkParseErrors parses each case's source and wants a line of its error to start
+// with the case's want.
+func checkParseErrors(t *testing.T, tests []parseErrCase) {
+	t.Helper()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := parseErr(t, tc.src)
+			for _, line := range strings.Split(got, "\n") {
+				if strings.HasPrefix(line, tc.want) {
+					return
+				}
+			}
+			t.Errorf("error:\n%s\nwant a line starting with:\n%s", got, tc.want)
+		})
+	}
+}
+
 func TestParseErrors(t *testing.T) {
-	tests := []struct {
-		name string
-		src  string
-		want string // a line of the error
-	}{
+	tests := []parseErrCase{
 		{"unknown top-level key", "isolation: strict\nisolaton: strict\n",
 			`m.yaml:2: isolaton: unknown key (want audit, backend, filter, isolation, limits, network, profile, profiles or server)`},
 		{"unknown nested key", "profiles:\n  web:\n    python:\n      modes: denylist\n",
@@ -233,17 +253,7 @@ func TestParseErrors(t *testing.T) {
 		{"extends chain too long", longChain(MaxExtends + 1), `m.yaml:2: profiles.p0.extends: extends chain is longer than 16 profiles`},
 		{"newline in a value stays quoted", "isolation: \"a\\nb\"\n", `m.yaml:1: isolation: unknown isolation "a\nb"`},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got := parseErr(t, tc.src)
-			for _, line := range strings.Split(got, "\n") {
-				if strings.HasPrefix(line, tc.want) {
-					return
-				}
-			}
-			t.Errorf("error:\n%s\nwant a line starting with:\n%s", got, tc.want)
-		})
-	}
+	checkParseErrors(t, tests)
 }
 
 // longChain returns a config with profiles p0 extends p1 ... extends p(n-1).

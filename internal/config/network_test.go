@@ -1,14 +1,13 @@
 package config
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/moat-sandbox/moat/internal/egress"
 )
 
 func TestNetworkErrors(t *testing.T) {
-	tests := []struct{ name, src, want string }{
+	tests := []parseErrCase{
 		{"unknown mode", "profiles:\n  p:\n    network: {mode: wide}\n", `m.yaml:3: profiles.p.network.mode: unknown network mode "wide" (want none, allowlist or open)`},
 		{"open without consent", "profiles:\n  p:\n    network: {mode: open}\n", `m.yaml:3: profiles.p.network.mode: network mode open needs network.allow_open: true in the config`},
 		{"allowlist without destinations", "profiles:\n  p:\n    network: {mode: allowlist}\n", `m.yaml:3: profiles.p.network.allow: network mode allowlist with no destinations reaches nothing`},
@@ -22,17 +21,7 @@ func TestNetworkErrors(t *testing.T) {
 		{"bad hosts address", "network:\n  hosts:\n    db.example: [not-an-ip]\n", `m.yaml:3: network.hosts.db.example[0]: invalid IP address "not-an-ip"`},
 		{"relative upstream ca", "network:\n  upstream_ca: ca.pem\n", `m.yaml:2: network.upstream_ca: must be an absolute path`},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got := parseErr(t, tc.src)
-			for _, line := range strings.Split(got, "\n") {
-				if strings.HasPrefix(line, tc.want) {
-					return
-				}
-			}
-			t.Errorf("error:\n%s\nwant a line starting with:\n%s", got, tc.want)
-		})
-	}
+	checkParseErrors(t, tests)
 }
 
 // TestNetworkInherits: a profile's network comes from the one it extends, and a

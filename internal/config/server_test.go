@@ -160,11 +160,7 @@ func TestServerErrors(t *testing.T) {
 	key := func(extra string) string {
 		return "server:\n  api_keys:\n    - principal: a\n      key_env: K\n" + extra
 	}
-	tests := []struct {
-		name string
-		src  string
-		want string // a line of the error
-	}{
+	tests := []parseErrCase{
 		{"pool size negative", "server:\n  pool: {size: -1}\n", `m.yaml:2: server.pool.size: invalid value -1`},
 		{"pool too big", "server:\n  pool: {size: 65}\n", `m.yaml:2: server.pool.size: invalid value 65`},
 		{"pool unknown profile", "server:\n  pool:\n    warm: [nope]\n", `m.yaml:3: server.pool.warm[0]: `},
@@ -207,17 +203,7 @@ func TestServerErrors(t *testing.T) {
 		{"bad max_limits", key("      max_limits:\n        memory: 1MiB\n"), `m.yaml:6: server.api_keys[0].max_limits.memory: 1MiB is below the minimum of 16MiB`},
 		{"zero max_limits", key("      max_limits:\n        pids: 0\n"), `m.yaml:6: server.api_keys[0].max_limits.pids: invalid value 0`},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got := parseErr(t, tc.src)
-			for _, line := range strings.Split(got, "\n") {
-				if strings.HasPrefix(line, tc.want) {
-					return
-				}
-			}
-			t.Errorf("error:\n%s\nwant a line starting with:\n%s", got, tc.want)
-		})
-	}
+	checkParseErrors(t, tests)
 }
 
 func TestServerValidateWithoutFile(t *testing.T) {
