@@ -5,6 +5,8 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"math"
 	"os"
 	"os/exec"
 	"slices"
@@ -77,6 +79,8 @@ type benchRow struct {
 	ID      string  `json:"id"`
 	Runs    int     `json:"runs"`
 	P50MS   float64 `json:"p50_ms"`
+	P90MS   float64 `json:"p90_ms"`
+	P99MS   float64 `json:"p99_ms"`
 	Ratio   float64 `json:"ratio"`
 	Skipped string  `json:"skipped"`
 	Error   string  `json:"error"`
@@ -84,7 +88,9 @@ type benchRow struct {
 
 // TestBenchShort runs `moat bench --short` as CI does, so the benchmark cannot rot:
 // every row must be measured (bubblewrap and pandas may be skipped only where they
-// are not installed, and never in CI). No timing is asserted.
+// are not installed, the docker and gvisor rows only where the backend is not
+// available, and none in CI, which runs scripts/backends first). No timing is
+// asserted, but the ratios to bare python3 must be positive and finite.
 func TestBenchShort(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin := testutil.MoatBinary(t)
@@ -114,6 +120,12 @@ func TestBenchShort(t *testing.T) {
 	for _, id := range []string{"pandas_bare", "pandas_run_cold", "pandas_pool", "pandas_preload"} {
 		optional[id] = noPandas
 	}
+	// The bench says in the row why a backend is not available; outside CI that is
+	// a skip.
+	backendRows := []string{"run_docker", "run_gvisor", "api_pool_docker"}
+	for _, id := range backendRows {
+		optional[id] = errors.New("the backend may be unavailable here")
+	}
 	checkRows := func(table string, rows []benchRow, ids ...string) {
 		t.Helper()
 		got := map[string]benchRow{}
@@ -135,7 +147,16 @@ func TestBenchShort(t *testing.T) {
 			t.Errorf("%s: %d rows, want %d (%v)", table, len(rows), len(ids), ids)
 		}
 	}
-	checkRows("latency", rep.Latency, "bare", "bwrap", "run_cold", "api_pool", "api_nopool", "session")
+	checkRows("latency", rep.Latency, "bare", "bwrap", "run_cold", "run_docker", "run_gvisor",
+		"api_pool", "api_nopool", "session", "api_pool_docker")
+	for _, r := range rep.Latency {
+		if r.Runs > 0 && (r.Ratio <= 0 || math.IsInf(r.Ratio, 0) || math.IsNaN(r.Ratio)) {
+			t.Errorf("latency %s: ratio %v to bare python3", r.ID, r.Ratio)
+		}
+		if slices.Contains(backendRows, r.ID) && r.Runs > 0 && (r.P90MS < r.P50MS || r.P99MS < r.P90MS) {
+			t.Errorf("latency %s: percentiles out of order: %+v", r.ID, r)
+		}
+	}
 	checkRows("pandas", rep.Pandas, "pandas_bare", "pandas_run_cold", "pandas_pool", "pandas_preload")
 
 	levels := []int{}

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/config"
 )
 
 const benchUsage = `Usage: moat bench [flags]
@@ -22,9 +25,11 @@ Measures, in one run, and prints markdown tables (--json: one JSON object) of p5
 p90 and p99 latencies with ratios to bare python3 measured in the same run:
 
   - bare /usr/bin/python3 -c 'print(1)', bubblewrap with all namespaces (when
-    installed) and a cold moat run of the same code;
+    installed) and a cold moat run of the same code, native and with --backend
+    docker and gvisor (each skipped, saying why, when the backend is not available);
   - POST /v1/execute of print(1) against a moat serve the bench starts with the
-    warm pool on, and against one with the pool off; a session call of 1+1;
+    warm pool on, against one with the pool off, and against one on the docker
+    backend with the warm pool on (when available); a session call of 1+1;
   - the pandas workload: bare, cold moat run, warm pool, warm pool preloading pandas;
   - throughput of fresh-box print(1) at 1, 2, 4 and 8 concurrent clients;
   - the server's RSS when idle and the memory of one warm box;
@@ -141,6 +146,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	rep.Latency = append(rep.Latency, skipped...)
 	srv.poolHits(rep.Latency)
 	ratios(rep.Latency)
+	srv.stopDocker()
 
 	if pandasErr == nil {
 		progress("pandas: %d runs per case", *n)
@@ -250,7 +256,37 @@ func printCases(self string, srv *benchServers) (cases []benchCase, skipped []be
 		skipped = append(skipped, benchRow{ID: "bwrap", Name: "bubblewrap, all namespaces", Skipped: "bwrap not installed (apt-get install bubblewrap)"})
 	}
 	cases = append(cases, moatRunCase(self, "run_cold", "`moat run` cold (native)", "print(1)", "1\n"))
-	return append(cases, srv.printCases()...), skipped
+	for _, name := range []string{config.BackendDocker, config.BackendGVisor} {
+		id, title := "run_"+name, "`moat run --backend "+name+"` cold"
+		if err := backendAvailable(srv.ctx, name); err != nil {
+			skipped = append(skipped, benchRow{ID: id, Name: title, Skipped: err.Error()})
+			continue
+		}
+		cases = append(cases, moatRunCase(self, id, title, "print(1)", "1\n", "--backend", name))
+	}
+	api, apiSkipped := srv.printCases()
+	return append(cases, api...), append(skipped, apiSkipped...)
+}
+
+// backendAvailable opens the backend name as `moat run --backend name` would (the
+// config moat run finds, the daemon, image and runtime) and closes it again; its
+// error, first line only, says why the backend cannot make boxes here.
+func backendAvailable(ctx context.Context, name string) error {
+	cfg, err := loadConfig("")
+	if err != nil {
+		return err
+	}
+	rb, err := cfg.ResolveBackend(name)
+	if err != nil {
+		return err
+	}
+	_, closeB, err := openOne(ctx, rb, slog.New(slog.DiscardHandler))
+	if err != nil {
+		first, _, _ := strings.Cut(err.Error(), "\n")
+		return errors.New(clip(first))
+	}
+	closeB()
+	return nil
 }
 
 // pandasCases are the pandas workload's cases.
@@ -280,10 +316,10 @@ func procCase(id, name, want string, cmd func() *exec.Cmd) benchCase {
 	}}
 }
 
-// moatRunCase runs code with `moat run`, cold.
-func moatRunCase(self, id, name, code, want string) benchCase {
+// moatRunCase runs code with `moat run`, cold, with the extra flags.
+func moatRunCase(self, id, name, code, want string, flags ...string) benchCase {
 	return procCase(id, name, want, func() *exec.Cmd {
-		c := exec.Command(self, "run", "--lang", "python", "-")
+		c := exec.Command(self, append(append([]string{"run"}, flags...), "--lang", "python", "-")...)
 		c.Stdin = strings.NewReader(code + "\n")
 		return c
 	})

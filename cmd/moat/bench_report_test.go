@@ -124,7 +124,7 @@ func TestPoolCounters(t *testing.T) {
 		}
 		ready = benchPoolSize
 		return nil
-	}})
+	}}, s.pool)
 	rows := measure(context.Background(), []benchCase{c}, 6, 2)
 	s.poolHits(rows)
 	if s.countErr != nil {
@@ -135,7 +135,7 @@ func TestPoolCounters(t *testing.T) {
 		t.Fatalf("hits %v, misses %v; want 4 and 2", rows[0].PoolHits, rows[0].PoolMisses)
 	}
 	s.pool.key = "wrong"
-	if _, err := s.poolState(); err == nil || !strings.Contains(err.Error(), "401") {
+	if _, err := s.poolState(s.pool); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("poolState with a wrong key: %v", err)
 	}
 }

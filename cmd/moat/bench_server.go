@@ -15,6 +15,7 @@ import (
 	"github.com/moat-sandbox/moat/internal/api"
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/client"
+	"github.com/moat-sandbox/moat/internal/config"
 )
 
 // The servers moat bench starts: one with the warm pool on, as below, and one with
@@ -44,10 +45,18 @@ type benchServers struct {
 	poolC, nopoolC     *client.Client
 	stopped            bool
 
-	// The pooled server's pool counters after the last pooled run, and the hits and
-	// misses of each pooled case's measured runs; used by the measuring goroutine
-	// only.
-	last         poolState
+	// docker is the server on the docker backend with the warm pool on, for the
+	// print(1) table only (stopDocker stops it after that table). dockerSkip says
+	// why it was not started: the backend is not available here.
+	docker     *ownServer
+	dockerErr  error
+	dockerC    *client.Client
+	dockerSkip string
+
+	// The pooled servers' pool counters after their last pooled run, and the hits
+	// and misses of each pooled case's measured runs; used by the measuring
+	// goroutine only.
+	last         map[*ownServer]poolState
 	hits, misses map[string]int64
 	countErr     error // the first failure to read the counters
 }
@@ -70,7 +79,28 @@ func startBenchServers(ctx context.Context, pandas bool, stderr io.Writer, rep *
 	} else {
 		s.nopoolC = client.New(s.nopool.url, s.nopool.key)
 	}
+	if err := backendAvailable(ctx, config.BackendDocker); err != nil {
+		s.dockerSkip = err.Error()
+		return s
+	}
+	s.docker, s.dockerErr = startOwnServer(ctx, ownServerOptions{
+		name: "moat bench", principal: benchPrincipal, concurrent: 8, pool: benchPoolPlainYAML, backend: config.BackendDocker,
+	}, stderr)
+	if s.dockerErr != nil {
+		rep.failed("start the server on the docker backend with the warm pool: %v", s.dockerErr)
+	} else {
+		s.dockerC = client.New(s.docker.url, s.docker.key)
+	}
 	return s
+}
+
+// stopDocker stops the server on the docker backend (once) and removes its directory.
+func (s *benchServers) stopDocker() {
+	if s.docker != nil {
+		s.docker.stop()
+		s.docker.remove()
+		s.docker = nil
+	}
 }
 
 // poolOptions configure the server with the warm pool.
@@ -97,6 +127,7 @@ func (s *benchServers) stop() {
 		return
 	}
 	s.stopped = true
+	s.stopDocker()
 	for _, o := range []*ownServer{s.pool, s.nopool} {
 		if o != nil {
 			o.stop()
@@ -105,18 +136,25 @@ func (s *benchServers) stop() {
 	}
 }
 
-// printCases are the API's print(1) cases: warm pool, pool off, a session call.
-func (s *benchServers) printCases() []benchCase {
-	pooled := s.pooled(s.executeCase("api_pool", "API execute, warm pool", s.poolC, s.poolErr, "", "print(1)", "1\n"))
+// printCases are the API's print(1) cases: warm pool, pool off, a session call, and
+// the warm pool of docker boxes, or why that one is skipped.
+func (s *benchServers) printCases() (cases []benchCase, skipped []benchRow) {
+	pooled := s.pooled(s.executeCase("api_pool", "API execute, warm pool", s.poolC, s.poolErr, "", "print(1)", "1\n"), s.pool)
 	cold := s.executeCase("api_nopool", "API execute, pool off", s.nopoolC, s.nopoolErr, "", "print(1)", "1\n")
-	return []benchCase{pooled, cold, s.sessionCase()}
+	cases = []benchCase{pooled, cold, s.sessionCase()}
+	const dockerID, dockerName = "api_pool_docker", "API execute, warm pool, `moat serve --backend docker`"
+	if s.dockerSkip != "" {
+		return cases, []benchRow{{ID: dockerID, Name: dockerName, Skipped: s.dockerSkip}}
+	}
+	docker := s.executeCase(dockerID, dockerName, s.dockerC, s.dockerErr, "", "print(1)", "1\n")
+	return append(cases, s.pooled(docker, s.docker)), nil
 }
 
 // pandasCases are the API's pandas cases, both served by the warm pool.
 func (s *benchServers) pandasCases() []benchCase {
-	plain := s.pooled(s.executeCase("pandas_pool", "API execute, warm pool, no preload", s.poolC, s.poolErr, "", benchPandasCode, benchPandasOut))
+	plain := s.pooled(s.executeCase("pandas_pool", "API execute, warm pool, no preload", s.poolC, s.poolErr, "", benchPandasCode, benchPandasOut), s.pool)
 	pre := s.pooled(s.executeCase("pandas_preload", "API execute, warm pool, profile preloading pandas", s.poolC, s.poolErr,
-		benchPreloadProfile, benchPandasCode, benchPandasOut))
+		benchPreloadProfile, benchPandasCode, benchPandasOut), s.pool)
 	return []benchCase{plain, pre}
 }
 
@@ -170,21 +208,25 @@ func failCase(id, name string, err error) benchCase {
 	return benchCase{id: id, name: name, run: func() error { return err }}
 }
 
-// pooled makes c, a case on the pooled server, count its pool hits and misses and
-// wait after each run until the pool is full again. The counters are read after
-// every run: the pooled cases run one at a time, so the change since the previous
-// read is this run's.
-func (s *benchServers) pooled(c benchCase) benchCase {
-	if s.poolErr != nil {
+// pooled makes c, a case on o, a server with the warm pool, count its pool hits and
+// misses and wait after each run until the pool is full again. The counters are
+// read after every run: the pooled cases run one at a time, so the change since
+// the previous read of o's counters is this run's. A nil o (the server did not
+// start) leaves c as it is.
+func (s *benchServers) pooled(c benchCase, o *ownServer) benchCase {
+	if o == nil {
 		return c
 	}
 	c.after = func(measured bool) {
-		st := s.waitPoolFull()
-		if measured {
-			s.hits[c.id] += st.hits - s.last.hits
-			s.misses[c.id] += st.misses - s.last.misses
+		if s.last == nil {
+			s.last = map[*ownServer]poolState{}
 		}
-		s.last = st
+		st := s.waitPoolFull(o)
+		if measured {
+			s.hits[c.id] += st.hits - s.last[o].hits
+			s.misses[c.id] += st.misses - s.last[o].misses
+		}
+		s.last[o] = st
 		time.Sleep(benchTeardown) // the used box is destroyed in the background
 	}
 	return c
@@ -193,15 +235,15 @@ func (s *benchServers) pooled(c benchCase) benchCase {
 // poolState is the pooled server's warm pool, from its /metrics.
 type poolState struct{ hits, misses, ready, making, keys int64 }
 
-// poolState reads the pooled server's pool counters.
-func (s *benchServers) poolState() (poolState, error) {
+// poolState reads the pool counters of o, a server with the warm pool.
+func (s *benchServers) poolState(o *ownServer) (poolState, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, benchCallTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", s.pool.url+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, "GET", o.url+"/metrics", nil)
 	if err != nil {
 		return poolState{}, err
 	}
-	req.Header.Set("Authorization", "Bearer "+s.pool.key)
+	req.Header.Set("Authorization", "Bearer "+o.key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return poolState{}, fmt.Errorf("GET /metrics: %w", err)
@@ -235,18 +277,18 @@ func (s *benchServers) poolState() (poolState, error) {
 	return st, nil
 }
 
-// waitPoolFull waits until the pool holds benchPoolSize ready boxes for each of its
+// waitPoolFull waits until o's pool holds benchPoolSize ready boxes for each of its
 // keys and makes none (at most benchPoolWait), and returns its state. A failure to
 // read the counters is kept in countErr and returns the last state.
-func (s *benchServers) waitPoolFull() poolState {
+func (s *benchServers) waitPoolFull(o *ownServer) poolState {
 	deadline := time.Now().Add(benchPoolWait)
 	for {
-		st, err := s.poolState()
+		st, err := s.poolState(o)
 		if err != nil {
 			if s.countErr == nil {
 				s.countErr = err
 			}
-			return s.last
+			return s.last[o]
 		}
 		if (st.making == 0 && st.ready >= st.keys*benchPoolSize) || time.Now().After(deadline) || s.ctx.Err() != nil {
 			return st
@@ -280,7 +322,7 @@ func (s *benchServers) throughput(levels []int, per int) []throughputRow {
 			rows = append(rows, row)
 			continue
 		}
-		before := s.waitPoolFull()
+		before := s.waitPoolFull(s.pool)
 		c := client.New(s.pool.url, s.pool.key, client.WithHTTPClient(&http.Client{Transport: loadTransport(clients)}))
 		var (
 			mu    sync.Mutex
@@ -322,7 +364,7 @@ func (s *benchServers) throughput(levels []int, per int) []throughputRow {
 		}
 		wg.Wait()
 		row.OK, row.Error = len(lat), first
-		after, err := s.poolState()
+		after, err := s.poolState(s.pool)
 		if err == nil {
 			row.PoolHits, row.PoolMisses = after.hits-before.hits, after.misses-before.misses
 		} else if s.countErr == nil {

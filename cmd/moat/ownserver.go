@@ -46,6 +46,8 @@ type ownServerOptions struct {
 	profiles string
 	// allowProfiles are the profiles the principal may pick besides its default.
 	allowProfiles []string
+	// backend, when set, is the server's --backend.
+	backend string
 }
 
 // ownServer is a moat serve started by startOwnServer.
@@ -79,7 +81,11 @@ func startOwnServer(ctx context.Context, o ownServerOptions, stderr io.Writer) (
 		s.remove()
 		return nil, err
 	}
-	s.cmd = exec.Command(self, "serve", "--config", cfgPath, "--data-dir", filepath.Join(dir, "data"))
+	args := []string{"serve", "--config", cfgPath, "--data-dir", filepath.Join(dir, "data")}
+	if o.backend != "" {
+		args = append(args, "--backend", o.backend)
+	}
+	s.cmd = exec.Command(self, args...)
 	s.cmd.Env = append(os.Environ(), ownKeyEnv+"="+s.key, "MOAT_TOKEN=")
 	pr, pw, err := os.Pipe()
 	if err != nil {
