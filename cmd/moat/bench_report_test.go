@@ -186,3 +186,31 @@ func TestBenchReport(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchBackendsUnavailable: with no daemon, the docker and gvisor rows of the
+// print(1) table are skipped, each saying why, and no case is made for them.
+func TestBenchBackendsUnavailable(t *testing.T) {
+	t.Setenv("DOCKER_HOST", "unix://"+t.TempDir()+"/no-docker.sock")
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Chdir(t.TempDir())
+	down := errors.New("down")
+	srv := &benchServers{ctx: context.Background(), poolErr: down, nopoolErr: down, dockerSkip: "no daemon"}
+	cases, skipped := printCases("/nonexistent/moat", srv)
+	for _, c := range cases {
+		if strings.Contains(c.id, "docker") || strings.Contains(c.id, "gvisor") {
+			t.Errorf("case %s made for an unavailable backend", c.id)
+		}
+	}
+	got := map[string]string{}
+	for _, r := range skipped {
+		got[r.ID] = r.Skipped
+	}
+	for _, id := range []string{"run_docker", "run_gvisor", "api_pool_docker"} {
+		if why := got[id]; why == "" || strings.Contains(why, "\n") {
+			t.Errorf("row %s: skipped %q, want one line saying why", id, why)
+		}
+	}
+	if !strings.Contains(got["run_docker"], "no-docker.sock") {
+		t.Errorf("run_docker skipped %q, want the daemon's address", got["run_docker"])
+	}
+}
