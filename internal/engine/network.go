@@ -95,8 +95,9 @@ func (e *Engine) network(profName string, prof config.Profile, asked string, c C
 	}
 	local := c.FrontEnd == audit.FrontEndCLI
 	mode, allow := pn.Mode, pn.Allow
+	var rules []egress.Rule
 	if asked != "" {
-		if _, err := ParseNetwork(asked); err != nil {
+		if rules, err = ParseNetwork(asked); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 		}
 	}
@@ -113,7 +114,6 @@ func (e *Engine) network(profName string, prof config.Profile, asked string, c C
 		}
 		mode, allow = config.NetworkOpen, nil
 	case strings.HasPrefix(asked, "allow:"):
-		rules, _ := ParseNetwork(asked)
 		if !local {
 			for _, r := range rules {
 				if !covers(pn, r) {
