@@ -62,15 +62,8 @@ func cmdAudit(args []string, stdout, stderr io.Writer) int {
 	jsonOut := fs.Bool("json", false, "one JSON record per line, as the store keeps it (with its hash)")
 	limit := fs.Int("limit", 50, "at most this many records (newest first)")
 	fs.Usage = func() { fmt.Fprint(stderr, auditUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "moat audit: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code := parseFlags(fs, args, stderr); code >= 0 {
+		return code
 	}
 	cfg, err := loadConfig(*configPath)
 	if err != nil {

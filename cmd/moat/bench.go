@@ -89,15 +89,8 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	n := fs.Int("n", 40, "measured runs per latency case (after warm-up runs); throughput runs 4×n executions per level")
 	short := fs.Bool("short", false, fmt.Sprintf("few runs (-n %d, one warm-up round), every row still measured: for CI", benchShortRuns))
 	jsonOut := fs.Bool("json", false, "print one JSON object instead of the markdown tables")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "moat bench: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code := parseFlags(fs, args, stderr); code >= 0 {
+		return code
 	}
 	warmups := benchWarmups
 	if *short {

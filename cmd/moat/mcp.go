@@ -46,15 +46,8 @@ func cmdMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	profile := fs.String("profile", "", "policy profile of every execution (default: the config's)")
 	backendName := fs.String("backend", "", backendFlagUsage)
 	fs.Usage = func() { fmt.Fprint(stderr, mcpUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "moat mcp: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code := parseFlags(fs, args, stderr); code >= 0 {
+		return code
 	}
 	cfg, err := loadConfig(*configPath)
 	if err != nil {

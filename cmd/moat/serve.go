@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -64,15 +63,8 @@ func cmdServe(args []string, stderr io.Writer) int {
 	logFormat := fs.String("log-format", "text", "operational log format on stderr: text or json (never code, tokens or secrets)")
 	backendName := fs.String("backend", "", backendFlagUsage)
 	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "moat serve: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code := parseFlags(fs, args, stderr); code >= 0 {
+		return code
 	}
 
 	cfg, err := loadConfig(*configPath)

@@ -111,6 +111,19 @@ func (f *serverFlags) client() (*client.Client, error) {
 	return newClient(f.server, f.dataDir)
 }
 
+// connect makes the client of a subcommand, with a context that SIGINT and SIGTERM
+// cancel (the caller calls stop); when it cannot, it says why on stderr and ok is
+// false: a usage error.
+func (f *serverFlags) connect(stderr io.Writer) (c *client.Client, ctx context.Context, stop context.CancelFunc, ok bool) {
+	c, err := f.client()
+	if err != nil {
+		fmt.Fprintf(stderr, "moat: %v\n", err)
+		return nil, nil, nil, false
+	}
+	ctx, stop = signalContext()
+	return c, ctx, stop, true
+}
+
 // newClient checks the server's URL and finds the token.
 func newClient(server, dataDir string) (*client.Client, error) {
 	if !strings.HasPrefix(server, "http://") && !strings.HasPrefix(server, "https://") {
@@ -148,6 +161,23 @@ func parseArgs(fs *flag.FlagSet, args []string, min, max int, stderr io.Writer) 
 		return nil, exitUsage
 	}
 	return pos, -1
+}
+
+// parseFlags parses a command that takes flags only. It returns -1 to go on, or the
+// exit status: 0 after --help, exitUsage for a bad flag or an argument (said on
+// stderr as "<command>: unexpected argument").
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) int {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return exitUsage
+	}
+	return -1
 }
 
 // clientError reports an error of a client call and returns moat's exit status.
@@ -225,12 +255,10 @@ func sessionCreate(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			}
 		}
 	}
-	c, err := sf.client()
-	if err != nil {
-		fmt.Fprintf(stderr, "moat: %v\n", err)
+	c, ctx, stop, ok := sf.connect(stderr)
+	if !ok {
 		return exitUsage
 	}
-	ctx, stop := signalContext()
 	defer stop()
 	info, err := c.CreateSession(ctx, &api.SessionRequest{
 		Language: f.lang, Profile: f.profile, Limits: wireLimits(lim), Env: env, Network: f.network,
@@ -271,12 +299,10 @@ func sessionExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "moat: %v\n", err)
 		return exitUsage
 	}
-	c, err := sf.client()
-	if err != nil {
-		fmt.Fprintf(stderr, "moat: %v\n", err)
+	c, ctx, stop, ok := sf.connect(stderr)
+	if !ok {
 		return exitUsage
 	}
-	ctx, stop := signalContext()
 	defer stop()
 	var out *client.Streams
 	if !*jsonOut {
@@ -354,12 +380,10 @@ func sessionPut(args []string, stdin io.Reader, _, stderr io.Writer) int {
 		}
 		r, size = f, fi.Size()
 	}
-	c, err := sf.client()
-	if err != nil {
-		fmt.Fprintf(stderr, "moat: %v\n", err)
+	c, ctx, stop, ok := sf.connect(stderr)
+	if !ok {
 		return exitUsage
 	}
-	ctx, stop := signalContext()
 	defer stop()
 	put, err := c.PutFile(ctx, id, dest, r, size)
 	if err != nil {
@@ -381,12 +405,10 @@ func sessionGet(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if len(pos) == 3 {
 		dest = pos[2]
 	}
-	c, err := sf.client()
-	if err != nil {
-		fmt.Fprintf(stderr, "moat: %v\n", err)
+	c, ctx, stop, ok := sf.connect(stderr)
+	if !ok {
 		return exitUsage
 	}
-	ctx, stop := signalContext()
 	defer stop()
 	if dest == "-" {
 		if _, err := c.GetFile(ctx, id, path, stdout); err != nil {
@@ -431,12 +453,10 @@ func sessionList(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if code >= 0 {
 		return code
 	}
-	c, err := sf.client()
-	if err != nil {
-		fmt.Fprintf(stderr, "moat: %v\n", err)
+	c, ctx, stop, ok := sf.connect(stderr)
+	if !ok {
 		return exitUsage
 	}
-	ctx, stop := signalContext()
 	defer stop()
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
@@ -481,13 +501,12 @@ func sessionRemove(args []string, _ io.Reader, _, stderr io.Writer) int {
 	if code >= 0 {
 		return code
 	}
-	c, err := sf.client()
-	if err != nil {
-		fmt.Fprintf(stderr, "moat: %v\n", err)
+	c, ctx, stop, ok := sf.connect(stderr)
+	if !ok {
 		return exitUsage
 	}
-	ctx, stop := signalContext()
 	defer stop()
+	var err error
 	if len(pos) == 2 {
 		err = c.RemoveFile(ctx, pos[0], pos[1])
 	} else {
@@ -568,12 +587,10 @@ func runRemote(f *runFlags, req *engine.Request, stdout, stderr io.Writer) int {
 		in.Files = append(in.Files, api.InputFile{Path: fl.Dest, Content: base64.StdEncoding.EncodeToString(data)})
 	}
 	sf := serverFlags{server: f.server, configPath: f.configPath}
-	c, err := sf.client()
-	if err != nil {
-		fmt.Fprintf(stderr, "moat: %v\n", err)
+	c, ctx, stop, ok := sf.connect(stderr)
+	if !ok {
 		return exitUsage
 	}
-	ctx, stop := signalContext()
 	defer stop()
 	var out *client.Streams
 	if !f.jsonOut {
