@@ -381,8 +381,9 @@ func boxName() string {
 }
 
 // selfPath returns the running binary's host path (masked in a native box, and run
-// as its init).
-func selfPath() (string, error) {
+// as its init). It is looked up once per process: launch and the native Starter both
+// need it for every box.
+var selfPath = sync.OnceValues(func() (string, error) {
 	path, err := os.Executable()
 	if err != nil {
 		return "", fmt.Errorf("find own binary: %w", err)
@@ -391,7 +392,7 @@ func selfPath() (string, error) {
 		path = p
 	}
 	return path, nil
-}
+})
 
 // openSelf opens the running binary for init to be executed through its fd.
 func openSelf() (*os.File, error) {
