@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/box"
-	"github.com/moat-sandbox/moat/internal/box/docker"
+	boxcontainer "github.com/moat-sandbox/moat/internal/box/container"
 	"github.com/moat-sandbox/moat/internal/config"
 	"github.com/moat-sandbox/moat/internal/testutil"
 )
@@ -423,7 +423,7 @@ except OSError as e:
 			backendCheck: onContainers(func(t *testing.T, f *fixtures, o runOut) {
 				t.Helper()
 				var n, errno int
-				if _, err := fmt.Sscanf(o.res.Stdout, "forks %d %d", &n, &errno); err == nil && n > 10+docker.AgentTasks {
+				if _, err := fmt.Sscanf(o.res.Stdout, "forks %d %d", &n, &errno); err == nil && n > 10+boxcontainer.AgentTasks {
 					t.Fatalf("%d forks under --pids 10:\n%s", n, o)
 				}
 			})},
@@ -722,7 +722,7 @@ func runAttacks(t *testing.T, cred *syscall.Credential, extraArgs ...string) {
 				// A container's processes run as the box's uid on the host (no user
 				// namespace): none may survive, nor may the container.
 				checkNoContainers(t, o)
-				checkHostClean(t, before, docker.BoxUID)
+				checkHostClean(t, before, boxcontainer.BoxUID)
 			case owner >= 0:
 				checkHostClean(t, before, owner)
 			default:

@@ -15,6 +15,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/moat-sandbox/moat/internal/box"
+	boxcontainer "github.com/moat-sandbox/moat/internal/box/container"
 	"github.com/moat-sandbox/moat/internal/box/docker"
 	"github.com/moat-sandbox/moat/internal/config"
 	"github.com/moat-sandbox/moat/internal/testutil"
@@ -162,7 +163,7 @@ func TestBackendsRun(t *testing.T) {
 					}
 					checkIsolation(t, b.name, o)
 					checkNoContainers(t, o)
-					checkHostClean(t, before, docker.BoxUID)
+					checkHostClean(t, before, boxcontainer.BoxUID)
 				})
 			}
 		})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
 
 	"github.com/moat-sandbox/moat/internal/box"
@@ -18,8 +19,8 @@ func newDockerBackend(ctx context.Context, rb config.ResolvedBackend, log *slog.
 		return nil, nil, err
 	}
 	closeB := func() {}
-	if s, ok := b.Starter.(*docker.Starter); ok {
-		closeB = func() { _ = s.Engine.Close() }
+	if c, ok := b.Starter.(io.Closer); ok {
+		closeB = func() { _ = c.Close() }
 	}
 	return b, closeB, nil
 }

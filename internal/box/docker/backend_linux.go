@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/moat-sandbox/moat/internal/box/container"
 	"github.com/moat-sandbox/moat/internal/box/native"
 )
 
@@ -63,13 +64,10 @@ func NewBackend(ctx context.Context, o Options) (*native.Backend, error) {
 	if p, err := filepath.EvalSymlinks(agent); err == nil {
 		agent = p
 	}
-	label := "docker"
-	if o.Runtime == RuntimeGVisor {
-		label = "gvisor"
-	}
+	rt := &Runtime{Engine: e, Image: o.Image, OCIRuntime: o.Runtime, AgentPath: agent}
 	return &native.Backend{
-		Starter: &Starter{Engine: e, Image: o.Image, Runtime: o.Runtime, AgentPath: agent, Log: o.Log},
-		Label:   label,
+		Starter: &container.Starter{Runtime: rt, Log: o.Log},
+		Label:   "docker",
 		Log:     o.Log,
 	}, nil
 }

@@ -7,10 +7,11 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/moby/moby/api/types/container"
+	dcontainer "github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 
 	"github.com/moat-sandbox/moat/internal/box"
+	"github.com/moat-sandbox/moat/internal/box/container"
 )
 
 // Labels every moat container carries. Sweep finds leftovers by them.
@@ -25,35 +26,11 @@ const (
 	LabelOwnerStart = "dev.moat.owner-start"
 )
 
-// Paths inside the container.
-const (
-	// AgentPath is where the moat binary is bind-mounted, read-only.
-	AgentPath = "/.moat-agent/moat"
-	// TmpDir is the box's tmpfs /tmp.
-	TmpDir = "/tmp"
-	// MoatDir is the tmpfs where the box's init places the code and the engine's
-	// support files (owned by the box user: init runs as that user).
-	MoatDir = "/.moat"
-	// MoatDirBytes is MoatDir's size.
-	MoatDirBytes = 16 << 20
-)
-
-// BoxUID and BoxGID are the user the code runs as when ContainerParams leaves it zero:
-// nobody/nogroup, as in the native backend.
-const (
-	BoxUID = 65534
-	BoxGID = 65534
-)
-
 // RuntimeGVisor is gVisor's runtime name, as scripts/backends registers it.
 const RuntimeGVisor = "runsc"
 
 // Sizing of a gVisor box's limits (see HardenedConfig).
 const (
-	// AgentTasks is what the agent and the box's init (both Go) may use on top of
-	// Limits.Pids: of the pids cgroup under runc, of the nproc limit under runsc. It
-	// keeps code that reaches its limit from starving moat's own processes first.
-	AgentTasks = 32
 	// GVisorHostTasksPerProc bounds the host tasks (pids cgroup) one task in the
 	// sandbox may cost; GVisorHostTasks is the Sentry's and the gofer's own share.
 	GVisorHostTasksPerProc = 16
@@ -78,7 +55,7 @@ type ContainerParams struct {
 	// Env holds KEY=VALUE pairs added to the image's environment.
 	Env []string
 	// UID and GID are the user the container's processes run as. Zero means
-	// BoxUID/BoxGID: a box never runs as root.
+	// container.BoxUID/container.BoxGID: a box never runs as root.
 	UID, GID int
 	// Runtime is the OCI runtime registered with the daemon, e.g. "runsc" for gVisor;
 	// empty uses the daemon's default (runc).
@@ -87,7 +64,7 @@ type ContainerParams struct {
 	// the caller's to enforce; Disk sizes /workspace, Tmp sizes /tmp and /dev/shm.
 	Limits box.Limits
 	// AgentHostPath is the host path of the moat binary, bind-mounted read-only at
-	// AgentPath; empty mounts nothing. It must be absolute.
+	// container.AgentPath; empty mounts nothing. It must be absolute.
 	AgentHostPath string
 	// Stdin opens the container's stdin for one attached client (closed when that
 	// client closes its write side).
@@ -140,7 +117,7 @@ func parseOwner(label string) (pid int, host string, ok bool) {
 //     be a boundary (an interpreter runs any file it can read) and would break users
 //     who build and run a helper in their workspace. tmpfs pages count against the
 //     container's memory limit.
-//   - Tmpfs MoatDir (MoatDirBytes, mode 0755, owned by UID:GID, noexec): init writes
+//   - Tmpfs container.MoatDir (container.MoatDirBytes, mode 0755, owned by UID:GID, noexec): init writes
 //     the code and the support files there; the interpreter reads them.
 //   - ShmSize = Limits.Tmp for /dev/shm (Docker mounts it noexec, nosuid, nodev).
 //   - CapDrop ALL and SecurityOpt no-new-privileges:true: no capabilities, and no way to
@@ -148,35 +125,35 @@ func parseOwner(label string) (pid int, host string, ok bool) {
 //   - No seccomp option: Docker's default profile stays in force. Never
 //     seccomp=unconfined.
 //   - User UID:GID, never root.
-//   - PidsLimit (Limits.Pids plus AgentTasks for moat's agent and init), Memory with MemorySwap equal to it (no swap on top of the memory
+//   - PidsLimit (Limits.Pids plus container.AgentTasks for moat's agent and init), Memory with MemorySwap equal to it (no swap on top of the memory
 //     limit), NanoCPUs, and a nofile ulimit from Limits.OpenFiles.
 //   - For runtime runsc the pids cgroup holds gVisor's own host tasks (the Sentry's
 //     threads and, with the ptrace platform, a stub process with threads for each
 //     process of the box: about 8 host tasks each), and reaching it crashes the whole
 //     sandbox. So there it is only a backstop, sized from Limits.Pids (see
 //     GVisorHostTasksPerProc), and the box's processes are held to Limits.Pids plus
-//     AgentTasks by an nproc ulimit, which gVisor enforces inside the sandbox
+//     container.AgentTasks by an nproc ulimit, which gVisor enforces inside the sandbox
 //     (its own kernel counts the box user's tasks). Under runc an nproc ulimit would
 //     count every process of the uid on the host, so there the pids cgroup is the
 //     limit.
 //   - IpcMode private and CgroupnsMode private: no sharing with the host or other
 //     containers whatever the daemon's defaults.
 //   - Init false: the agent will be PID 1 and reaps the box's processes itself.
-//   - One host mount: AgentHostPath read-only (and not recursive) at AgentPath.
+//   - One host mount: AgentHostPath read-only (and not recursive) at container.AgentPath.
 //   - LogConfig "none": the box's output goes to the attached client and is never
 //     written to the host's disk (json-file, Docker's default, has no size cap in 20.10
 //     and would keep untrusted output, secrets included, after the box is gone).
 //   - AutoRemove false: moat removes the box itself after reading its exit state.
 //   - Labels LabelBox, LabelOwner and LabelOwnerStart for Sweep.
 //   - Attach stdout and stderr (and stdin when p.Stdin), no TTY: a multiplexed stream.
-func HardenedConfig(p ContainerParams) (*container.Config, *container.HostConfig) {
+func HardenedConfig(p ContainerParams) (*dcontainer.Config, *dcontainer.HostConfig) {
 	lim := p.Limits.WithDefaults()
 	uid, gid := p.UID, p.GID
 	if uid == 0 {
-		uid = BoxUID
+		uid = container.BoxUID
 	}
 	if gid == 0 {
-		gid = BoxGID
+		gid = container.BoxGID
 	}
 	owner := p.Owner
 	if owner == (Owner{}) {
@@ -193,7 +170,7 @@ func HardenedConfig(p ContainerParams) (*container.Config, *container.HostConfig
 	}
 
 	stopTimeout := StopTimeout
-	cfg := &container.Config{
+	cfg := &dcontainer.Config{
 		Image:        p.Image,
 		User:         fmt.Sprintf("%d:%d", uid, gid),
 		Env:          append([]string(nil), p.Env...),
@@ -210,31 +187,31 @@ func HardenedConfig(p ContainerParams) (*container.Config, *container.HostConfig
 	}
 
 	noInit := false
-	pids := lim.Pids + AgentTasks
-	ulimits := []*container.Ulimit{{Name: "nofile", Soft: lim.OpenFiles, Hard: lim.OpenFiles}}
+	pids := lim.Pids + container.AgentTasks
+	ulimits := []*dcontainer.Ulimit{{Name: "nofile", Soft: lim.OpenFiles, Hard: lim.OpenFiles}}
 	if p.Runtime == RuntimeGVisor {
-		nproc := lim.Pids + AgentTasks
+		nproc := lim.Pids + container.AgentTasks
 		pids = nproc*GVisorHostTasksPerProc + GVisorHostTasks
-		ulimits = append(ulimits, &container.Ulimit{Name: "nproc", Soft: nproc, Hard: nproc})
+		ulimits = append(ulimits, &dcontainer.Ulimit{Name: "nproc", Soft: nproc, Hard: nproc})
 	}
-	host := &container.HostConfig{
+	host := &dcontainer.HostConfig{
 		NetworkMode:    "none",
 		ReadonlyRootfs: true,
 		Tmpfs: map[string]string{
-			TmpDir:           fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", lim.Tmp),
-			box.WorkspaceDir: fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=0755,uid=%d,gid=%d", lim.Disk, uid, gid),
-			MoatDir:          fmt.Sprintf("rw,noexec,nosuid,nodev,size=%d,mode=0755,uid=%d,gid=%d", MoatDirBytes, uid, gid),
+			container.TmpDir:  fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", lim.Tmp),
+			box.WorkspaceDir:  fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=0755,uid=%d,gid=%d", lim.Disk, uid, gid),
+			container.MoatDir: fmt.Sprintf("rw,noexec,nosuid,nodev,size=%d,mode=0755,uid=%d,gid=%d", container.MoatDirBytes, uid, gid),
 		},
 		ShmSize:      lim.Tmp,
 		CapDrop:      []string{"ALL"},
 		SecurityOpt:  []string{"no-new-privileges:true"},
-		IpcMode:      container.IPCModePrivate,
-		CgroupnsMode: container.CgroupnsModePrivate,
+		IpcMode:      dcontainer.IPCModePrivate,
+		CgroupnsMode: dcontainer.CgroupnsModePrivate,
 		Init:         &noInit,
 		AutoRemove:   false,
-		LogConfig:    container.LogConfig{Type: "none"},
+		LogConfig:    dcontainer.LogConfig{Type: "none"},
 		Runtime:      p.Runtime,
-		Resources: container.Resources{
+		Resources: dcontainer.Resources{
 			Memory:     lim.Memory,
 			MemorySwap: lim.Memory,
 			NanoCPUs:   int64(lim.CPUs * 1e9),
@@ -246,7 +223,7 @@ func HardenedConfig(p ContainerParams) (*container.Config, *container.HostConfig
 		host.Mounts = []mount.Mount{{
 			Type:        mount.TypeBind,
 			Source:      p.AgentHostPath,
-			Target:      AgentPath,
+			Target:      container.AgentPath,
 			ReadOnly:    true,
 			BindOptions: &mount.BindOptions{NonRecursive: true},
 		}}

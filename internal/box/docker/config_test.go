@@ -10,6 +10,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 
 	"github.com/moat-sandbox/moat/internal/box"
+	bc "github.com/moat-sandbox/moat/internal/box/container"
 )
 
 var testOwner = Owner{PID: 4242, Host: "testhost", Start: 777}
@@ -57,7 +58,7 @@ func TestHardenedConfigDefaults(t *testing.T) {
 		{"no devices", len(hc.Devices), 0},
 		{"memory", hc.Memory, d.Memory},
 		{"swap equals memory", hc.MemorySwap, d.Memory},
-		{"pids", *hc.PidsLimit, d.Pids + AgentTasks},
+		{"pids", *hc.PidsLimit, d.Pids + bc.AgentTasks},
 		{"cpus", hc.NanoCPUs, int64(d.CPUs * 1e9)},
 		{"shm", hc.ShmSize, d.Tmp},
 		{"nofile", *hc.Ulimits[0], container.Ulimit{Name: "nofile", Soft: d.OpenFiles, Hard: d.OpenFiles}},
@@ -130,8 +131,8 @@ func TestHardenedConfigParams(t *testing.T) {
 		{"runtime", hc.Runtime, "runsc"},
 		{"memory", []int64{hc.Memory, hc.MemorySwap}, []int64{64 << 20, 64 << 20}},
 		{"cpus", hc.NanoCPUs, int64(5e8)},
-		{"gvisor: pids cgroup as a backstop for the sandbox's host tasks", *hc.PidsLimit, int64((16+AgentTasks)*GVisorHostTasksPerProc + GVisorHostTasks)},
-		{"gvisor: nproc holds the box's tasks", *hc.Ulimits[1], container.Ulimit{Name: "nproc", Soft: 16 + AgentTasks, Hard: 16 + AgentTasks}},
+		{"gvisor: pids cgroup as a backstop for the sandbox's host tasks", *hc.PidsLimit, int64((16+bc.AgentTasks)*GVisorHostTasksPerProc + GVisorHostTasks)},
+		{"gvisor: nproc holds the box's tasks", *hc.Ulimits[1], container.Ulimit{Name: "nproc", Soft: 16 + bc.AgentTasks, Hard: 16 + bc.AgentTasks}},
 		{"workspace owned by the user", hc.Tmpfs["/workspace"], "rw,exec,nosuid,nodev,size=1048576,mode=0755,uid=1000,gid=1001"},
 		{"tmp", hc.Tmpfs["/tmp"], "rw,exec,nosuid,nodev,size=2097152,mode=1777"},
 		{"nofile", hc.Ulimits[0].Hard, int64(64)},

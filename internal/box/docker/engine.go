@@ -263,6 +263,15 @@ func (e *Engine) Wait(ctx context.Context, id string) (Exit, error) {
 	return Exit{Code: st.ExitCode, OOMKilled: st.OOMKilled, Error: st.Error}, nil
 }
 
+// OOMKilled reports whether the daemon has marked the container OOM-killed so far.
+func (e *Engine) OOMKilled(ctx context.Context, id string) (bool, error) {
+	res, err := e.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		return false, fmt.Errorf("inspect container %s: %w", short(id), err)
+	}
+	return res.Container.State != nil && res.Container.State.OOMKilled, nil
+}
+
 // Kill sends SIGKILL to the container's processes. A container that is no longer
 // running, or no longer exists, is not an error: Kill only makes sure nothing runs.
 func (e *Engine) Kill(ctx context.Context, id string) error {

@@ -18,6 +18,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/moat-sandbox/moat/internal/box"
+	bc "github.com/moat-sandbox/moat/internal/box/container"
 	"github.com/moat-sandbox/moat/internal/testutil"
 )
 
@@ -294,7 +295,7 @@ func TestHardenedBox(t *testing.T) {
 
 			check("no network interface but lo", slices.Equal(p.Ifaces, []string{"lo"}), p.Ifaces)
 
-			agentMount, ok := p.Mounts[AgentPath]
+			agentMount, ok := p.Mounts[bc.AgentPath]
 			check("agent mounted", ok, p.Mounts)
 			check("agent mount read-only", slices.Contains(agentMount.Opts, "ro"), agentMount.Opts)
 			check("agent not writable", p.WriteAgent != "ok", p.WriteAgent)
@@ -303,7 +304,7 @@ func TestHardenedBox(t *testing.T) {
 				// Docker's own: /etc/hosts, hostname and resolv.conf come from its
 				// per-container directory, not from a host path anyone chose.
 				switch target {
-				case "/", "/tmp", "/workspace", MoatDir, AgentPath, "/etc/hosts", "/etc/hostname", "/etc/resolv.conf":
+				case "/", "/tmp", "/workspace", bc.MoatDir, bc.AgentPath, "/etc/hosts", "/etc/hostname", "/etc/resolv.conf":
 				default:
 					if !strings.HasPrefix(target, "/proc") && !strings.HasPrefix(target, "/dev") && !strings.HasPrefix(target, "/sys") {
 						t.Errorf("unexpected mount %s: %+v", target, p.Mounts[target])

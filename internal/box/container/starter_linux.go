@@ -1,4 +1,4 @@
-package docker
+package container
 
 import (
 	"bufio"
@@ -37,19 +37,11 @@ const (
 	maxAgentLine = 1 << 10
 )
 
-// Starter starts a box's init in a container of Engine's daemon, made from Image
-// with HardenedConfig; the agent (MuxRole) is its PID 1 and carries init's fds over
-// the container's attached stdin and stdout (mux.go). It implements native.Starter.
+// Starter starts a box's init in a container that Runtime makes; the agent (MuxRole)
+// is its PID 1 and carries init's fds over the container's stdin and stdout (mux.go).
+// It implements native.Starter.
 type Starter struct {
-	Engine *Engine
-	// Image holds the interpreters, e.g. "moat-test-python:bookworm".
-	Image string
-	// Runtime is the daemon's OCI runtime; "" is its default (runc), "runsc" gVisor.
-	Runtime string
-	// AgentPath is the host path of the moat binary (os.Executable, symlinks
-	// resolved), bind-mounted read-only at the container's AgentPath. It must be
-	// static (CGO_ENABLED=0): it runs on the image's libc, or none.
-	AgentPath string
+	Runtime Runtime
 	// Log receives the agent's complaints and failures to clean up; nil is
 	// slog.Default().
 	Log *slog.Logger
@@ -60,6 +52,15 @@ func (s *Starter) log() *slog.Logger {
 		return s.Log
 	}
 	return slog.Default()
+}
+
+// Close closes the Runtime when it is an io.Closer (docker's connection to its
+// daemon). The backend must have no box left.
+func (s *Starter) Close() error {
+	if c, ok := s.Runtime.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 // Start implements native.Starter. It keeps duplicates of req's files (the caller
@@ -79,27 +80,14 @@ func (s *Starter) Start(req *native.StartRequest) (_ native.Proc, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	c, err := s.Engine.Create(ctx, ContainerParams{
-		Image:         s.Image,
-		Runtime:       s.Runtime,
-		Limits:        req.Limits,
-		AgentHostPath: s.AgentPath,
-		Entrypoint:    []string{AgentPath, MuxRole},
-		Stdin:         true,
-	})
+	c, err := s.Runtime.Start(ctx, req.Limits)
 	if err != nil {
 		return nil, err
 	}
-	p.id, p.warnings = c.ID, c.Warnings
-	p.log = s.log().With("container", short(c.ID))
-	if p.stream, err = s.Engine.Attach(ctx, c.ID); err != nil {
-		return nil, err
-	}
-	go p.logAgent(p.stream.Stderr)
-	if err := s.Engine.Start(ctx, c.ID); err != nil {
-		return nil, err
-	}
-	p.fw = &frameWriter{w: p.stream.Stdin}
+	p.c = c
+	p.log = s.log().With("container", c.ID())
+	go p.logAgent(c.Stderr())
+	p.fw = &frameWriter{w: c.Stdin()}
 	if err := sendPlan(p.fw, plan); err != nil {
 		return nil, fmt.Errorf("send the plan to the box: %w", err)
 	}
@@ -117,17 +105,15 @@ func (s *Starter) Start(req *native.StartRequest) (_ native.Proc, err error) {
 
 // proc is a box's container, seen from the host.
 type proc struct {
-	s        *Starter
-	log      *slog.Logger
-	id       string
-	warnings []string
-	stream   *Stream
-	fw       *frameWriter
-	cr       *credits
-	inboxes  [256]*inbox
-	sendsOn  [256]bool
-	senders  []sender
-	files    []*os.File // the duplicates of req's files
+	s       *Starter
+	log     *slog.Logger
+	c       Container // nil until the runtime started it
+	fw      *frameWriter
+	cr      *credits
+	inboxes [256]*inbox
+	sendsOn [256]bool
+	senders []sender
+	files   []*os.File // the duplicates of req's files
 
 	waitCtx    context.Context
 	waitCancel context.CancelFunc
@@ -178,7 +164,7 @@ func (p *proc) wire(req *native.StartRequest) (*Plan, error) {
 	for i, fd := range req.FDs {
 		n := chanFirstFD + i
 		if n > 255 {
-			return nil, fmt.Errorf("box init has %d fds; the docker backend carries at most %d", len(req.FDs), maxPlanFDs)
+			return nil, fmt.Errorf("box init has %d fds; a box container carries at most %d", len(req.FDs), maxPlanFDs)
 		}
 		ch := uint8(n)
 		dir := dirName(fd.Dir)
@@ -280,7 +266,7 @@ func (p *proc) send(ch uint8, f *os.File) {
 // receive reads the agent's frames until the stream ends: nil at a clean end, else
 // why it broke.
 func (p *proc) receive() error {
-	fr := newFrameReader(p.stream.Stdout)
+	fr := newFrameReader(p.c.Stdout())
 	for {
 		ch, data, err := fr.next()
 		switch {
@@ -313,7 +299,7 @@ func (p *proc) supervise() {
 	go func() { recvc <- p.receive() }()
 	exitc := make(chan waitResult, 1)
 	go func() {
-		ex, err := p.s.Engine.Wait(p.waitCtx, p.id)
+		ex, err := p.c.Wait(p.waitCtx)
 		exitc <- waitResult{ex, err}
 	}()
 	var r waitResult
@@ -342,9 +328,9 @@ func (p *proc) supervise() {
 	p.exit, p.exited = r.exit, r.err == nil
 	switch {
 	case r.err != nil:
-		p.waitErr = fmt.Errorf("docker backend: %w: lost the box's container: %w", native.ErrProcLost, r.err)
+		p.waitErr = fmt.Errorf("%s backend: %w: lost the box's container: %w", p.s.Runtime.Name(), native.ErrProcLost, r.err)
 	case recvErr != nil && !errors.Is(recvErr, io.ErrClosedPipe):
-		p.waitErr = fmt.Errorf("docker backend: %w: the box's stream broke: %w", native.ErrProcLost, recvErr)
+		p.waitErr = fmt.Errorf("%s backend: %w: the box's stream broke: %w", p.s.Runtime.Name(), native.ErrProcLost, recvErr)
 	case r.exit.Code != 0:
 		p.waitErr = fmt.Errorf("container exited with status %d%s", r.exit.Code, p.agentSaid())
 	}
@@ -388,8 +374,8 @@ func (p *proc) finish() {
 // kills the box.
 func (p *proc) closeStream() {
 	p.closeOnce.Do(func() {
-		if p.stream != nil {
-			p.stream.Close()
+		if p.c != nil {
+			p.c.CloseStream()
 		}
 	})
 }
@@ -404,7 +390,7 @@ func (p *proc) abandon() {
 		p.cr.close()
 	}
 	p.waitCancel()
-	if p.id != "" {
+	if p.c != nil {
 		p.remove()
 	}
 }
@@ -443,10 +429,10 @@ func (p *proc) Wait() error {
 	return p.waitErr
 }
 
-// Kill implements native.Proc. When the daemon cannot kill the container, the stream
-// is closed: the agent then kills the box itself.
+// Kill implements native.Proc. When the runtime cannot kill the container, the
+// stream is closed: the agent then kills the box itself.
 func (p *proc) Kill() {
-	if p.id == "" {
+	if p.c == nil {
 		return
 	}
 	select {
@@ -456,7 +442,7 @@ func (p *proc) Kill() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 	defer cancel()
-	if err := p.s.Engine.Kill(ctx, p.id); err != nil {
+	if err := p.c.Kill(ctx); err != nil {
 		p.log.Warn("kill box container", "err", err)
 		p.closeStream()
 	}
@@ -468,14 +454,14 @@ func (p *proc) LimitsMemory() bool { return true }
 // Placed implements native.Proc: the container is the box from the start.
 func (p *proc) Placed() error { return nil }
 
-// Usage implements native.Proc. The daemon tells whether the kernel's OOM killer hit
-// the container only once it has exited; CPU time and peak memory are unknown (init's
+// Usage implements native.Proc: the OOM kills the runtime saw so far (once the
+// container exited, also its exit's). CPU time and peak memory are unknown (init's
 // account of the code stands).
 func (p *proc) Usage() (native.ProcUsage, bool) {
-	var u native.ProcUsage
+	u := native.ProcUsage{OOMKills: p.c.OOMKills()}
 	select {
 	case <-p.done:
-		if p.exit.OOMKilled {
+		if p.exit.OOMKilled && u.OOMKills == 0 {
 			u.OOMKills = 1
 		}
 	default:
@@ -483,41 +469,23 @@ func (p *proc) Usage() (native.ProcUsage, bool) {
 	return u, true
 }
 
-// Isolation implements native.Proc.
+// Isolation implements native.Proc: the runtime's, and Landlock where init has it.
 func (p *proc) Isolation(landlockABI int) []string {
-	iso := []string{"docker", "runtime_" + runtimeLabel(p.s.Runtime)}
-	if p.s.Runtime == RuntimeGVisor {
-		iso = append(iso, "gvisor_kernel")
-	}
-	iso = append(iso,
-		"network_none", "pid_namespace", "mount_namespace", "ipc_namespace", "uts_namespace", "cgroup_namespace",
-		"readonly_root", "uid_65534", "no_capabilities", "no_new_privs", "seccomp_docker_default", "seccomp", "rlimits",
-	)
+	iso := p.s.Runtime.Isolation()
 	if landlockABI > 0 {
 		iso = append(iso, "landlock_abi_"+strconv.Itoa(landlockABI))
 	}
-	return append(iso, "cgroup_memory", "cgroup_pids", "cgroup_cpu")
+	return iso
 }
 
-func runtimeLabel(rt string) string {
-	if rt == "" {
-		return "runc"
-	}
-	return rt
-}
-
-// Warnings implements native.Proc: the daemon's warnings on creating the container
-// (a limit the kernel cannot enforce, say).
+// Warnings implements native.Proc: the runtime's warnings on making the container (a
+// limit the kernel cannot enforce, say).
 func (p *proc) Warnings() []string {
-	out := make([]string, 0, len(p.warnings))
-	for _, w := range p.warnings {
-		out = append(out, "docker: "+w)
-	}
-	return out
+	return p.c.Warnings()
 }
 
 // Release implements native.Proc: it removes the container. A failure is logged, not
-// returned: Sweep removes what is left when moat next starts.
+// returned: the runtime's sweep removes what is left when moat next starts.
 func (p *proc) Release() error {
 	p.closeStream()
 	p.remove()
@@ -527,7 +495,7 @@ func (p *proc) Release() error {
 func (p *proc) remove() {
 	ctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
 	defer cancel()
-	if err := p.s.Engine.Remove(ctx, p.id, true); err != nil {
+	if err := p.c.Remove(ctx); err != nil {
 		p.log.Error("remove box container", "err", err)
 	}
 }

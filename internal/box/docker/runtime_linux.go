@@ -1,0 +1,130 @@
+package docker
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/moat-sandbox/moat/internal/box"
+	"github.com/moat-sandbox/moat/internal/box/container"
+)
+
+// Runtime makes each box a container of Engine's daemon, from Image with
+// HardenedConfig. It implements container.Runtime.
+type Runtime struct {
+	Engine *Engine
+	// Image holds the interpreters, e.g. "moat-test-python:bookworm".
+	Image string
+	// OCIRuntime is the daemon's OCI runtime; "" is its default (runc), "runsc" gVisor.
+	OCIRuntime string
+	// AgentPath is the host path of the moat binary (os.Executable, symlinks
+	// resolved), bind-mounted read-only at container.AgentPath. It must be static
+	// (CGO_ENABLED=0): it runs on the image's libc, or none.
+	AgentPath string
+}
+
+// Name implements container.Runtime.
+func (r *Runtime) Name() string { return "docker" }
+
+// Close closes the connection to the daemon.
+func (r *Runtime) Close() error { return r.Engine.Close() }
+
+// Start implements container.Runtime: create, attach (before start, so that no
+// output is missed), start. A container that fails part way is removed.
+func (r *Runtime) Start(ctx context.Context, lim box.Limits) (container.Container, error) {
+	c, err := r.Engine.Create(ctx, ContainerParams{
+		Image:         r.Image,
+		Runtime:       r.OCIRuntime,
+		Limits:        lim,
+		AgentHostPath: r.AgentPath,
+		Entrypoint:    []string{container.AgentPath, container.MuxRole},
+		Stdin:         true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	bc := &boxContainer{e: r.Engine, id: c.ID, warnings: c.Warnings}
+	fail := func(err error) (container.Container, error) {
+		if bc.stream != nil {
+			bc.stream.Close()
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+		defer cancel()
+		_ = bc.Remove(rctx)
+		return nil, err
+	}
+	if bc.stream, err = r.Engine.Attach(ctx, c.ID); err != nil {
+		return fail(err)
+	}
+	if err := r.Engine.Start(ctx, c.ID); err != nil {
+		return fail(err)
+	}
+	return bc, nil
+}
+
+// removeTimeout bounds removing a container that failed to start; inspectTimeout
+// asking the daemon about a running one.
+const (
+	removeTimeout  = 30 * time.Second
+	inspectTimeout = 5 * time.Second
+)
+
+// Isolation implements container.Runtime.
+func (r *Runtime) Isolation() []string {
+	rt := r.OCIRuntime
+	if rt == "" {
+		rt = "runc"
+	}
+	iso := []string{"docker", "runtime_" + rt}
+	if r.OCIRuntime == RuntimeGVisor {
+		iso = append(iso, "gvisor_kernel")
+	}
+	return append(iso,
+		"network_none", "pid_namespace", "mount_namespace", "ipc_namespace", "uts_namespace", "cgroup_namespace",
+		"readonly_root", "uid_65534", "no_capabilities", "no_new_privs", "seccomp_docker_default", "seccomp", "rlimits",
+		"cgroup_memory", "cgroup_pids", "cgroup_cpu",
+	)
+}
+
+// boxContainer is one box's container on the daemon.
+type boxContainer struct {
+	e        *Engine
+	id       string
+	warnings []string
+	stream   *Stream
+}
+
+func (c *boxContainer) ID() string            { return short(c.id) }
+func (c *boxContainer) Stdin() io.WriteCloser { return c.stream.Stdin }
+func (c *boxContainer) Stdout() io.Reader     { return c.stream.Stdout }
+func (c *boxContainer) Stderr() io.Reader     { return c.stream.Stderr }
+func (c *boxContainer) CloseStream()          { c.stream.Close() }
+
+// Warnings are the daemon's, prefixed "docker: ".
+func (c *boxContainer) Warnings() []string {
+	out := make([]string, 0, len(c.warnings))
+	for _, w := range c.warnings {
+		out = append(out, "docker: "+w)
+	}
+	return out
+}
+
+func (c *boxContainer) Wait(ctx context.Context) (container.Exit, error) {
+	ex, err := c.e.Wait(ctx, c.id)
+	return container.Exit{Code: ex.Code, OOMKilled: ex.OOMKilled}, err
+}
+
+func (c *boxContainer) Kill(ctx context.Context) error   { return c.e.Kill(ctx, c.id) }
+func (c *boxContainer) Remove(ctx context.Context) error { return c.e.Remove(ctx, c.id, true) }
+
+// OOMKills is 1 once the daemon marked the container OOM-killed: dockerd sets the
+// mark when containerd reports an OOM event, while the container runs (runc; gVisor
+// reports none). A failure to ask counts as none.
+func (c *boxContainer) OOMKills() int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), inspectTimeout)
+	defer cancel()
+	if oom, err := c.e.OOMKilled(ctx, c.id); err == nil && oom {
+		return 1
+	}
+	return 0
+}
