@@ -374,7 +374,9 @@ func warnings(landlockABI int) []string {
 	return nil
 }
 
-func boxName() string {
+// BoxName returns a new name for a box's cgroup (and, for gvisor, its sandbox):
+// "box-<pid>-<random>", so that cgroup.Sweep and OwnerGone know its owner.
+func BoxName() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("box-%d-%s", os.Getpid(), hex.EncodeToString(b[:]))

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -162,19 +163,7 @@ func makeEtc(egress bool) error {
 	if err := os.Mkdir(etc, 0o755); err != nil {
 		return err
 	}
-	resolv, nss := "", "passwd: files\ngroup: files\nhosts: files\n"
-	if egress {
-		resolv = "nameserver 127.0.0.1\noptions timeout:2 attempts:1\n"
-		nss = "passwd: files\ngroup: files\nhosts: files dns\n"
-	}
-	for name, content := range map[string]string{
-		"passwd":        passwd,
-		"group":         group,
-		"hosts":         hosts,
-		"hostname":      "moat\n",
-		"resolv.conf":   resolv,
-		"nsswitch.conf": nss,
-	} {
+	for name, content := range BoxEtc(egress) {
 		if err := os.WriteFile(etc+"/"+name, []byte(content), 0o644); err != nil {
 			return err
 		}
@@ -186,6 +175,34 @@ func makeEtc(egress bool) error {
 	}
 	return nil
 }
+
+// BoxEtc returns the files moat writes into a box's /etc (name to content); the
+// entries of HostEtc come from the host. With egress, names resolve through the box's
+// own DNS socket, which the egress proxy answers.
+func BoxEtc(egress bool) map[string]string {
+	resolv, nss := "", "passwd: files\ngroup: files\nhosts: files\n"
+	if egress {
+		resolv = "nameserver 127.0.0.1\noptions timeout:2 attempts:1\n"
+		nss = "passwd: files\ngroup: files\nhosts: files dns\n"
+	}
+	return map[string]string{
+		"passwd":        passwd,
+		"group":         group,
+		"hosts":         hosts,
+		"hostname":      "moat\n",
+		"resolv.conf":   resolv,
+		"nsswitch.conf": nss,
+	}
+}
+
+// HostTrees returns the host's runtime trees a box sees read-only (a symlink, as on a
+// merged-/usr host, is recreated as the same symlink); HostEtc the entries of the
+// host's /etc it sees. Other backends that show a box the host's interpreters (gvisor)
+// use the same lists.
+func HostTrees() []string { return slices.Clone(hostTrees) }
+
+// HostEtc: see HostTrees.
+func HostEtc() []string { return slices.Clone(hostEtc) }
 
 func makeDev(s *initSpec) error {
 	dev := stage + "/dev"

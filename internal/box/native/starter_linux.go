@@ -116,7 +116,7 @@ func (st nsStarter) Start(req *StartRequest) (_ Proc, err error) {
 			_ = p.Release()
 		}
 	}()
-	cg, cgErr := cgroup.New(boxName(), cgroup.Limits{MemoryBytes: lim.Memory, Pids: lim.Pids + initReserve, CPUs: lim.CPUs})
+	cg, cgErr := cgroup.New(BoxName(), cgroup.Limits{MemoryBytes: lim.Memory, Pids: lim.Pids + initReserve, CPUs: lim.CPUs})
 	if cgErr != nil && !st.rootless && cgroup.Detect().Version != cgroup.None {
 		// The host has cgroups and we are root: failing to use them is a broken
 		// machine, not a reason to run the code with weaker limits.

@@ -50,7 +50,7 @@ func (h *host) sweep() (int, error) {
 			continue
 		}
 		for _, e := range entries {
-			if !e.IsDir() || !ownerDead(e.Name()) {
+			if !e.IsDir() || !OwnerGone(e.Name()) {
 				continue
 			}
 			if _, ok := found[e.Name()]; !ok {
@@ -77,9 +77,10 @@ func (h *host) sweep() (int, error) {
 	return removed, errors.Join(errs...)
 }
 
-// ownerDead reports whether name is "box-<pid>-<suffix>" and no process
+// OwnerGone reports whether name is "box-<pid>-<suffix>" and no process
 // <pid> exists. A zombie or a process we may not signal counts as alive.
-func ownerDead(name string) bool {
+// Sweep uses it for cgroups; the gvisor backend for its sandboxes' state.
+func OwnerGone(name string) bool {
 	rest, ok := strings.CutPrefix(name, "box-")
 	if !ok {
 		return false
