@@ -144,7 +144,8 @@ type attack struct {
 	rootlessStatus []box.Status
 	// check judges the host (and, secondarily, the output) afterwards.
 	check func(t *testing.T, f *fixtures, o runOut)
-	// backendStatus and backendCheck, by --backend name, replace status and check
+	// backendStatus and backendCheck, by backend family (docker, or gvisor for
+	// gVisor's kernel under docker or runsc alone), replace status and check
 	// where a backend's box differs by design (a comment at each says how); they
 	// never accept less of the host's safety.
 	backendStatus map[string][]box.Status
@@ -153,7 +154,7 @@ type attack struct {
 
 func attacks() []attack {
 	ok := []box.Status{box.StatusOK}
-	// onContainers gives the docker and gvisor backends the same check.
+	// onContainers gives the docker and gvisor families the same check.
 	onContainers := func(c func(*testing.T, *fixtures, runOut)) map[string]func(*testing.T, *fixtures, runOut) {
 		return map[string]func(*testing.T, *fixtures, runOut){config.BackendDocker: c, config.BackendGVisor: c}
 	}
@@ -605,7 +606,7 @@ echo end`, status: ok,
 
 func TestAttacks(t *testing.T) {
 	testutil.RequireRoot(t)
-	runAttacks(t, nil)
+	runAttacks(t, nil, nil)
 }
 
 // TestAttacksAllowlist runs the attacks in boxes whose network is an allowlist (of a
@@ -627,51 +628,51 @@ func TestAttacksAllowlist(t *testing.T) {
 			c.Close()
 		}
 	}()
-	runAttacks(t, nil, "--network", "allow:pypi.org:443,"+l.Addr().String())
+	runAttacks(t, nil, nil, "--network", "allow:pypi.org:443,"+l.Addr().String())
 }
 
 // TestAttacksRootless runs the same attacks with moat started by an ordinary host user
 // (nobody): user namespaces without root, no cgroups. The canary belongs to that user.
 func TestAttacksRootless(t *testing.T) {
 	testutil.RequireRoot(t) // to create the fixtures and switch to the other user
-	runAttacks(t, &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}})
+	runAttacks(t, &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}, nil)
 }
 
 // TestAttacksDocker runs the attacks with each box a container of the docker backend.
 // Host-side checks also look for the containers each run made (none may be left) and
 // for host processes of the containers' uid.
 func TestAttacksDocker(t *testing.T) {
-	cfg := requireContainerBackend(t, config.BackendDocker)
-	runAttacks(t, nil, "--config", cfg, "--backend", config.BackendDocker)
+	b := backendByID(t, "docker")
+	runAttacks(t, nil, &b, b.args(requireContainerBackend(t, b.id))...)
 }
 
-// TestAttacksGVisor runs the attacks with each box a container of the gvisor backend
-// (docker's runsc runtime).
+// TestAttacksDockerRunsc runs the attacks with each box a container of the docker
+// backend on the daemon's runsc runtime (gVisor).
+func TestAttacksDockerRunsc(t *testing.T) {
+	b := backendByID(t, "docker-runsc")
+	runAttacks(t, nil, &b, b.args(requireContainerBackend(t, b.id))...)
+}
+
+// TestAttacksGVisor runs the attacks with each box a sandbox of the gvisor backend
+// (runsc directly). Host-side checks also look for its sandboxes' bundles, cgroups
+// and processes (none may be left).
 func TestAttacksGVisor(t *testing.T) {
-	cfg := requireContainerBackend(t, config.BackendGVisor)
-	runAttacks(t, nil, "--config", cfg, "--backend", config.BackendGVisor)
+	b := backendByID(t, "gvisor")
+	runAttacks(t, nil, &b, b.args(requireContainerBackend(t, b.id))...)
 }
 
-// flagValue returns the value of flag in args, "" when absent.
-func flagValue(args []string, flag string) string {
-	for i, a := range args {
-		if a == flag && i+1 < len(args) {
-			return args[i+1]
-		}
-	}
-	return ""
-}
-
-func runAttacks(t *testing.T, cred *syscall.Credential, extraArgs ...string) {
+// runAttacks runs every attack as cred (nil: as root) on the container backend cb
+// (nil: native), with extraArgs for moat run.
+func runAttacks(t *testing.T, cred *syscall.Credential, cb *containerBackend, extraArgs ...string) {
 	owner := -1
 	if cred != nil {
 		owner = int(cred.Uid)
 	}
-	backend := flagValue(extraArgs, "--backend")
-	if backend == "" {
-		backend = config.BackendNative
+	backend := config.BackendNative
+	if cb != nil {
+		backend = cb.family
 	}
-	container := backend != config.BackendNative
+	container := cb != nil
 	f := newFixtures(t, owner)
 	cases := attacks()
 	if len(cases) < 30 {
@@ -704,7 +705,7 @@ func runAttacks(t *testing.T, cred *syscall.Credential, extraArgs ...string) {
 				t.Errorf("a rootless run does not say so in isolation: %v", o.res.Isolation)
 			}
 			if container {
-				checkIsolation(t, backend, o)
+				cb.checkIsolation(t, o)
 			}
 			check := a.check
 			if c, ok := a.backendCheck[backend]; ok {
@@ -721,7 +722,7 @@ func runAttacks(t *testing.T, cred *syscall.Credential, extraArgs ...string) {
 			case container:
 				// A container's processes run as the box's uid on the host (no user
 				// namespace): none may survive, nor may the container.
-				checkNoContainers(t, o)
+				cb.checkNoBoxes(t, o)
 				checkHostClean(t, before, boxcontainer.BoxUID)
 			case owner >= 0:
 				checkHostClean(t, before, owner)

@@ -17,41 +17,63 @@ import (
 	"github.com/moat-sandbox/moat/internal/box"
 	boxcontainer "github.com/moat-sandbox/moat/internal/box/container"
 	"github.com/moat-sandbox/moat/internal/box/docker"
+	"github.com/moat-sandbox/moat/internal/box/gvisor"
 	"github.com/moat-sandbox/moat/internal/config"
 	"github.com/moat-sandbox/moat/internal/testutil"
 )
 
-// containerBackends are the backends whose boxes are containers: --backend name, the
-// daemon's runtime it needs, and what a result's isolation must then list.
-var containerBackends = []struct {
-	name, runtime string
-	isolation     []string
-}{
-	{config.BackendDocker, "", []string{"docker", "runtime_runc"}},
-	{config.BackendGVisor, config.RuntimeRunsc, []string{"docker", "runtime_runsc", "gvisor_kernel"}},
+// containerBackend is a way of making boxes other than the native backend's.
+type containerBackend struct {
+	// id names it in tests: docker, docker-runsc, gvisor.
+	id string
+	// flag is moat's --backend for it.
+	flag string
+	// family keys the attack suite's backend-specific expectations: "docker" for
+	// the host's kernel behind Docker, "gvisor" for gVisor's kernel (directly or as
+	// docker's runtime).
+	family string
+	// runtime is the daemon's runtime it needs ("" for none or the default).
+	runtime string
+	// isolation lists what a result's isolation must then list.
+	isolation []string
 }
 
-// backendIsolation returns what a result's isolation must list for backend.
-func backendIsolation(backend string) []string {
-	for _, b := range containerBackends {
-		if b.name == backend {
-			return b.isolation
-		}
-	}
-	return nil
+// containerBackends are the backends whose boxes are containers: docker under runc
+// and runsc, and gvisor (runsc directly).
+var containerBackends = []containerBackend{
+	{"docker", config.BackendDocker, config.BackendDocker, "", []string{"docker", "runtime_runc"}},
+	{"docker-runsc", config.BackendDocker, config.BackendGVisor, config.RuntimeRunsc, []string{"docker", "runtime_runsc", "gvisor_kernel"}},
+	{"gvisor", config.BackendGVisor, config.BackendGVisor, "", []string{"gvisor", "gvisor_kernel", "platform_ptrace"}},
 }
 
-// checkIsolation asserts that o's isolation lists what backend must show.
-func checkIsolation(t *testing.T, backend string, o runOut) {
+// backendByID returns the container backend id.
+func backendByID(t *testing.T, id string) containerBackend {
 	t.Helper()
-	for _, want := range backendIsolation(backend) {
+	for _, b := range containerBackends {
+		if b.id == id {
+			return b
+		}
+	}
+	t.Fatalf("no container backend %q", id)
+	return containerBackend{}
+}
+
+// checkIsolation asserts that o's isolation lists what b must show.
+func (b containerBackend) checkIsolation(t *testing.T, o runOut) {
+	t.Helper()
+	for _, want := range b.isolation {
 		if !slices.Contains(o.res.Isolation, want) {
-			t.Errorf("a %s run's isolation %v lacks %q", backend, o.res.Isolation, want)
+			t.Errorf("a %s run's isolation %v lacks %q", b.id, o.res.Isolation, want)
 		}
 	}
 }
 
-// testImage is the image of the tests' docker and gvisor boxes: $MOAT_TEST_IMAGE, as
+// args are moat's flags for b with the config cfg.
+func (b containerBackend) args(cfg string) []string {
+	return []string{"--config", cfg, "--backend", b.flag}
+}
+
+// testImage is the image of the tests' docker boxes: $MOAT_TEST_IMAGE, as
 // scripts/backends names what it builds, else moat's default (the same image).
 func testImage() string {
 	if v := os.Getenv("MOAT_TEST_IMAGE"); v != "" {
@@ -60,14 +82,30 @@ func testImage() string {
 	return config.DefaultDockerImage
 }
 
-// requireContainerBackend skips the test (fails it under CI=true) when backend cannot
-// make boxes here: no daemon, no test image, or no runtime runsc for gvisor. It
-// returns a config file that selects the test image.
-func requireContainerBackend(t *testing.T, backend string) string {
+// requireContainerBackend skips the test (fails it under CI=true) when the container
+// backend id cannot make boxes here: no daemon, no test image or no runtime runsc for
+// docker; no runsc for gvisor. It returns a config file that selects the test image
+// (and runtime).
+func requireContainerBackend(t *testing.T, id string) string {
 	t.Helper()
 	testutil.RequireRoot(t)
+	b := backendByID(t, id)
+	cfg := filepath.Join(t.TempDir(), "moat.yaml")
+	yaml := fmt.Sprintf("backend:\n  docker:\n    image: %q\n", testImage())
+	if b.runtime != "" {
+		yaml += fmt.Sprintf("    runtime: %s\n", b.runtime)
+	}
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if b.flag == config.BackendGVisor {
+		if _, _, err := gvisor.Probe(ctx, gvisor.Options{}); err != nil {
+			testutil.SkipOrFail(t, err.Error())
+		}
+		return cfg
+	}
 	e, err := docker.Connect(ctx, "")
 	if err != nil {
 		testutil.SkipOrFail(t, err.Error())
@@ -76,10 +114,7 @@ func requireContainerBackend(t *testing.T, backend string) string {
 	if err := e.ImageExists(ctx, testImage()); err != nil {
 		testutil.SkipOrFail(t, err.Error())
 	}
-	for _, b := range containerBackends {
-		if b.name != backend || b.runtime == "" {
-			continue
-		}
+	if b.runtime != "" {
 		names, err := e.Runtimes(ctx)
 		if err != nil {
 			testutil.SkipOrFail(t, err.Error())
@@ -87,10 +122,6 @@ func requireContainerBackend(t *testing.T, backend string) string {
 		if !slices.Contains(names, b.runtime) {
 			testutil.SkipOrFail(t, fmt.Sprintf("runtime %s is not registered with dockerd (have %v); run scripts/backends", b.runtime, names))
 		}
-	}
-	cfg := filepath.Join(t.TempDir(), "moat.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("backend:\n  docker:\n    image: %q\n", testImage())), 0o644); err != nil {
-		t.Fatal(err)
 	}
 	return cfg
 }
@@ -124,7 +155,8 @@ func ownedContainers(t *testing.T, pid int) []string {
 	return out
 }
 
-// checkNoContainers asserts that the moat run o left no container behind.
+// checkNoContainers asserts that the moat run o left no container behind on the
+// daemon.
 func checkNoContainers(t *testing.T, o runOut) {
 	t.Helper()
 	if o.pid == 0 {
@@ -135,12 +167,45 @@ func checkNoContainers(t *testing.T, o runOut) {
 	}
 }
 
+// checkNoSandboxes asserts that the moat run o left no gVisor sandbox behind: no
+// bundle in the gvisor backend's state, no cgroup and no process (runsc, Sentry,
+// gofer) of its boxes, which are named box-<pid>-...
+func checkNoSandboxes(t *testing.T, o runOut) {
+	t.Helper()
+	if o.pid == 0 {
+		t.Fatal("no pid for the moat run")
+	}
+	prefix := fmt.Sprintf("box-%d-", o.pid)
+	left, _ := filepath.Glob(filepath.Join(gvisor.DefaultStateDir, "*", prefix+"*"))
+	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/moat/" + prefix + "*")
+	left = append(left, cgroups...)
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if cmd, err := os.ReadFile(p); err == nil && strings.Contains(string(cmd), prefix) {
+			left = append(left, p+": "+strings.ReplaceAll(string(cmd), "\x00", " "))
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("sandboxes of moat (pid %d) left: %v", o.pid, left)
+	}
+}
+
+// checkNoBoxes asserts that the moat run o left no box of b behind.
+func (b containerBackend) checkNoBoxes(t *testing.T, o runOut) {
+	t.Helper()
+	if b.flag == config.BackendGVisor {
+		checkNoSandboxes(t, o)
+		return
+	}
+	checkNoContainers(t, o)
+}
+
 // TestBackendsRun runs Python and bash on each container backend: the result is a
 // native run's, its isolation names the backend, and no container is left.
 func TestBackendsRun(t *testing.T) {
 	for _, b := range containerBackends {
-		t.Run(b.name, func(t *testing.T) {
-			cfg := requireContainerBackend(t, b.name)
+		t.Run(b.id, func(t *testing.T) {
+			cfg := requireContainerBackend(t, b.id)
 			for _, c := range []struct{ name, lang, code, want string }{
 				{"python", "python", "print(1)\n", "1\n"},
 				{"bash", "bash", "echo hi from $0; id -u\n", "65534\n"},
@@ -149,7 +214,7 @@ func TestBackendsRun(t *testing.T) {
 				// The same question without statx.
 				{"stat", "python", "import os, pwd\nprint(pwd.getpwuid(os.stat('/workspace').st_uid).pw_name)\n", "nobody\n"},
 			} {
-				if b.name == config.BackendGVisor && c.name == "ls" {
+				if b.family == config.BackendGVisor && c.name == "ls" {
 					// Debian's runsc (20221219) answers bookworm's coreutils' statx with
 					// EINVAL, under a plain `docker run --runtime runsc` too: the tools
 					// fail, not the box. The stat case asks the same without statx.
@@ -157,12 +222,12 @@ func TestBackendsRun(t *testing.T) {
 				}
 				t.Run(c.name, func(t *testing.T) {
 					before := snapshotHost(t)
-					o := moatRun(t, c.code, "--config", cfg, "--backend", b.name, "--lang", c.lang)
+					o := moatRun(t, c.code, append(b.args(cfg), "--lang", c.lang)...)
 					if o.exit != 0 || o.res.Status != box.StatusOK || !strings.HasSuffix(o.res.Stdout, c.want) {
 						t.Fatalf("want status ok and stdout ending %q:\n%s", c.want, o)
 					}
-					checkIsolation(t, b.name, o)
-					checkNoContainers(t, o)
+					b.checkIsolation(t, o)
+					b.checkNoBoxes(t, o)
 					checkHostClean(t, before, boxcontainer.BoxUID)
 				})
 			}
@@ -174,13 +239,16 @@ func TestBackendsRun(t *testing.T) {
 // naming the image and how to get one; nothing runs and nothing is left.
 func TestBackendsMissingImage(t *testing.T) {
 	for _, b := range containerBackends {
-		t.Run(b.name, func(t *testing.T) {
-			requireContainerBackend(t, b.name)
+		if b.flag != config.BackendDocker {
+			continue // gvisor runs no image
+		}
+		t.Run(b.id, func(t *testing.T) {
+			requireContainerBackend(t, b.id)
 			cfg := filepath.Join(t.TempDir(), "moat.yaml")
 			if err := os.WriteFile(cfg, []byte("backend:\n  docker:\n    image: moat-no-such-image:missing\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			o := moatExec(t, "print(1)\n", "run", "--config", cfg, "--backend", b.name, "--lang", "python")
+			o := moatExec(t, "print(1)\n", append(append([]string{"run"}, b.args(cfg)...), "--lang", "python")...)
 			if o.exit != 70 {
 				t.Fatalf("exit %d, want 70:\n%s", o.exit, o)
 			}

@@ -15,7 +15,7 @@ import (
 )
 
 // backendFlagUsage is the help of the --backend flag of moat run, serve and mcp.
-const backendFlagUsage = "backend: native, docker or gvisor (docker with runtime runsc) (default: backend.name of the config, else native)"
+const backendFlagUsage = "backend: native, docker or gvisor (runsc, as root) (default: backend.name of the config, else native)"
 
 // openTimeout bounds opening a backend: connecting to the daemon, sweeping and
 // checking the image and runtime. docker.Connect bounds its own ping.
@@ -27,8 +27,9 @@ const openTimeout = 30 * time.Second
 // start, the fallbacks the config spells out are tried in order, each one logged as a
 // warning; there is no other fallback.
 //
-// For docker and gvisor, openBackend first removes the containers an earlier moat
-// that crashed left behind (docker.Engine.Sweep) and logs how many.
+// For docker, openBackend first removes the containers an earlier moat that crashed
+// left behind (docker.Engine.Sweep) and logs how many; gvisor.NewBackend does the
+// same for its sandboxes.
 //
 // The caller must call the returned func once the engine is closed (it is never nil).
 func openBackend(ctx context.Context, rb config.ResolvedBackend, log *slog.Logger) (box.Backend, func(), error) {
@@ -52,11 +53,14 @@ func openBackend(ctx context.Context, rb config.ResolvedBackend, log *slog.Logge
 
 // openOne opens one backend, without fallback.
 func openOne(ctx context.Context, rb config.ResolvedBackend, log *slog.Logger) (box.Backend, func(), error) {
-	if rb.Name == config.BackendNative {
-		return &native.Backend{Log: log}, func() {}, nil
-	}
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
+	switch rb.Name {
+	case config.BackendNative:
+		return &native.Backend{Log: log}, func() {}, nil
+	case config.BackendGVisor:
+		return newGVisorBackend(ctx, rb, log)
+	}
 	if err := sweepContainers(ctx, rb.Host, log); err != nil {
 		return nil, nil, backendError(rb, err)
 	}
@@ -67,11 +71,8 @@ func openOne(ctx context.Context, rb config.ResolvedBackend, log *slog.Logger) (
 	return b, closeB, nil
 }
 
-// backendError puts which backend failed in front of err, unless err says so already.
+// backendError puts "docker backend:" in front of err, unless err says so already.
 func backendError(rb config.ResolvedBackend, err error) error {
-	if rb.Name == config.BackendGVisor {
-		return fmt.Errorf("backend gvisor (docker with runtime runsc): %w", err)
-	}
 	if strings.HasPrefix(err.Error(), "docker backend:") {
 		return err
 	}

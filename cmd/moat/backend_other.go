@@ -11,8 +11,13 @@ import (
 	"github.com/moat-sandbox/moat/internal/config"
 )
 
-// newDockerBackend: the docker and gvisor backends run moat's Linux agent in the box,
-// so they need a Linux host.
+// newDockerBackend: the docker backend runs moat's Linux agent in the box, so it
+// needs a Linux host.
 func newDockerBackend(context.Context, config.ResolvedBackend, *slog.Logger) (box.Backend, func(), error) {
-	return nil, nil, errors.New("the docker and gvisor backends need a Linux host (the box's agent is moat itself)")
+	return nil, nil, errors.New("the docker backend needs a Linux host (the box's agent is moat itself)")
+}
+
+// newGVisorBackend: gVisor runs on Linux only.
+func newGVisorBackend(context.Context, config.ResolvedBackend, *slog.Logger) (box.Backend, func(), error) {
+	return nil, nil, errors.New("the gvisor backend needs a Linux host")
 }

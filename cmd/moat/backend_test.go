@@ -49,11 +49,40 @@ func assertNothingRan(t *testing.T, dataDir string) {
 	}
 }
 
+// TestGVisorUnavailable: a gvisor backend that cannot start here (no runsc where the
+// config says, a root filesystem that is not there) refuses at once with exit 70 and
+// a message that says what is missing; nothing runs.
+func TestGVisorUnavailable(t *testing.T) {
+	tests := []struct{ name, config, want string }{
+		{"no runsc", "backend:\n  gvisor: {runsc: /nonexistent/runsc}\n", "gvisor backend: runsc /nonexistent/runsc is not an executable file"},
+		{"no rootfs", "backend:\n  gvisor: {rootfs: /nonexistent-root}\n", "gvisor backend: rootfs /nonexistent-root is not a directory"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, data := backendEnv(t, tc.config)
+			var stdout, stderr bytes.Buffer
+			start := time.Now()
+			code := run([]string{"run", "--config", cfg, "--backend", "gvisor", "--lang", "python"}, strings.NewReader("print(1)\n"), &stdout, &stderr)
+			if took := time.Since(start); took > 3*time.Second {
+				t.Errorf("took %v to refuse, want it at once", took)
+			}
+			if code != exitInternal || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", code, stderr.String(), exitInternal, tc.want)
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("stdout %q, want nothing", stdout.String())
+			}
+			assertNothingRan(t, data)
+		})
+	}
+}
+
 func TestRunBackendUsageErrors(t *testing.T) {
 	tests := []struct{ name, config, flag, want string }{
 		{"unknown flag value", "", "bogus", `moat: --backend: unknown backend "bogus" (want native, docker or gvisor)`},
 		{"empty-looking value", "", " docker", `unknown backend " docker"`},
-		{"gvisor against the config's runtime", "backend:\n  docker: {runtime: runc}\n", "gvisor", "backend gvisor needs runtime runsc"},
+		{"relative runsc in the config", "backend:\n  gvisor: {runsc: runsc}\n", "gvisor", `backend.gvisor.runsc: "runsc" is not an absolute path`},
+		{"unknown platform in the config", "backend:\n  name: gvisor\n  gvisor: {platform: xen}\n", "", `backend.gvisor.platform: unknown platform "xen"`},
 		{"unknown name in the config", "backend:\n  name: lxc\n", "", `backend.name: unknown backend "lxc"`},
 		{"bad runtime in the config", "backend:\n  name: docker\n  docker: {runtime: crun}\n", "", `backend.docker.runtime: unknown runtime "crun"`},
 	}
@@ -80,8 +109,7 @@ func TestRunBackendUsageErrors(t *testing.T) {
 	}
 }
 
-// TestBackendUnavailable: with no daemon where moat looks, docker and gvisor refuse at
-// once with exit 70 and a message that names the daemon's address and how to start
+// TestBackendUnavailable: with no daemon where moat looks, docker refuses at once with exit 70 and a message that names the daemon's address and how to start
 // one; nothing runs, and moat never falls back to another backend by itself.
 func TestBackendUnavailable(t *testing.T) {
 	tests := []struct {
@@ -89,7 +117,6 @@ func TestBackendUnavailable(t *testing.T) {
 		args                 []string
 	}{
 		{"run --backend docker", "", noDaemon, []string{"run", "--backend", "docker", "--lang", "python"}},
-		{"run --backend gvisor", "", noDaemon, []string{"run", "--backend", "gvisor", "--lang", "python"}},
 		{"run --json --backend docker", "", noDaemon, []string{"run", "--json", "--backend", "docker", "--lang", "python"}},
 		{"run with the config's docker", "backend:\n  name: docker\n  docker: {host: 'unix:///nonexistent-2.sock'}\n", "unix:///nonexistent-2.sock",
 			[]string{"run", "--lang", "python"}},
@@ -158,7 +185,7 @@ func TestOpenBackendFallback(t *testing.T) {
 		t.Fatalf("openBackend without fallback = %v, %v; want the daemon's error", b, err)
 	}
 
-	rb.Fallback = []config.ResolvedBackend{{Name: config.BackendGVisor, Image: "x", Runtime: config.RuntimeRunsc}, {Name: config.BackendNative}}
+	rb.Fallback = []config.ResolvedBackend{{Name: config.BackendGVisor, Runsc: "/nonexistent/runsc", Platform: "ptrace"}, {Name: config.BackendNative}}
 	b, closeB, err := openBackend(context.Background(), rb, log)
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +203,7 @@ func TestOpenBackendFallback(t *testing.T) {
 
 	rb.Fallback = rb.Fallback[:1]
 	_, _, err = openBackend(context.Background(), rb, log)
-	if err == nil || !strings.Contains(err.Error(), "fallback gvisor: backend gvisor (docker with runtime runsc): docker backend: cannot reach") {
+	if err == nil || !strings.Contains(err.Error(), "fallback gvisor: gvisor backend: runsc /nonexistent/runsc is not an executable file") {
 		t.Errorf("every backend unavailable: %v", err)
 	}
 }

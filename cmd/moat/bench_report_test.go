@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -187,12 +189,16 @@ func TestBenchReport(t *testing.T) {
 	}
 }
 
-// TestBenchBackendsUnavailable: with no daemon, the docker and gvisor rows of the
+// TestBenchBackendsUnavailable: with no daemon and no runsc, the docker and gvisor rows of the
 // print(1) table are skipped, each saying why, and no case is made for them.
 func TestBenchBackendsUnavailable(t *testing.T) {
 	t.Setenv("DOCKER_HOST", "unix://"+t.TempDir()+"/no-docker.sock")
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
-	t.Chdir(t.TempDir())
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := os.WriteFile(filepath.Join(dir, "moat.yaml"), []byte("backend:\n  gvisor: {runsc: /nonexistent/runsc}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	down := errors.New("down")
 	srv := &benchServers{ctx: context.Background(), poolErr: down, nopoolErr: down, dockerSkip: "no daemon"}
 	cases, skipped := printCases("/nonexistent/moat", srv)

@@ -6,12 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os/exec"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/box/docker"
+	"github.com/moat-sandbox/moat/internal/box/gvisor"
 	"github.com/moat-sandbox/moat/internal/box/native"
 	"github.com/moat-sandbox/moat/internal/config"
 )
@@ -25,8 +25,8 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	checks := native.Probe()
-	selected, rb := selectedBackend(*configPath)
-	backends := backendChecks(checks, rb)
+	selected, rb, cfg := selectedBackend(*configPath)
+	backends := backendChecks(checks, cfg)
 	if rb.Name != "" {
 		selected = selectedCheck(selected, rb, backends)
 	}
@@ -63,20 +63,20 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 }
 
 // selectedBackend loads the config as moat run would and resolves its backend. When
-// the config cannot be loaded, the check says why and rb is zero.
-func selectedBackend(configPath string) (native.Check, config.ResolvedBackend) {
+// the config cannot be loaded, the check says why, rb is zero and cfg nil.
+func selectedBackend(configPath string) (native.Check, config.ResolvedBackend, *config.Config) {
 	c := native.Check{Name: "backend selected"}
 	cfg, err := loadConfig(configPath)
 	if err != nil {
 		c.Detail = "the config is invalid: " + err.Error()
-		return c, config.ResolvedBackend{}
+		return c, config.ResolvedBackend{}, nil
 	}
 	rb, err := cfg.ResolveBackend("")
 	if err != nil {
 		c.Detail = "the config is invalid: " + err.Error()
-		return c, config.ResolvedBackend{}
+		return c, config.ResolvedBackend{}, nil
 	}
-	return c, rb
+	return c, rb, cfg
 }
 
 // selectedCheck says which backend the config selects (moat run, serve and mcp use
@@ -116,26 +116,30 @@ func selectedCheck(c native.Check, rb config.ResolvedBackend, backends []native.
 const doctorTimeout = 2 * time.Second
 
 // backendChecks reports whether each backend can make boxes here, with its version, or
-// why not and how to fix it. checks are the native probe's; rb is the config's
-// backend, whose daemon address and image are checked (zero: the defaults).
-func backendChecks(checks []native.Check, rb config.ResolvedBackend) []native.Check {
+// why not and how to fix it. checks are the native probe's; cfg is the config, whose
+// settings of each backend are checked (nil: the defaults).
+func backendChecks(checks []native.Check, cfg *config.Config) []native.Check {
 	out := []native.Check{{Name: "backend native", OK: true, Detail: "available (see above for what it enforces)"}}
 	if enforced := native.Enforced(checks); len(enforced) > 0 && strings.HasPrefix(enforced[0], "nothing") {
 		out[0] = native.Check{Name: "backend native", OK: false, Detail: "unavailable: " + enforced[0]}
 	}
-	image := rb.Image
-	if image == "" {
-		image = config.DefaultDockerImage
+	if cfg == nil {
+		cfg = &config.Config{}
 	}
+	dockerB, _ := cfg.ResolveBackend(config.BackendDocker)
+	gvisorB, _ := cfg.ResolveBackend(config.BackendGVisor)
+	out = append(out, dockerCheck(dockerB.Host, dockerB.Image))
+	return append(out, gvisorCheck(gvisorB))
+}
 
+// dockerCheck reports whether the docker backend can make boxes: the daemon at host,
+// its version and runtimes, and the image.
+func dockerCheck(host, image string) native.Check {
 	ctx, cancel := context.WithTimeout(context.Background(), doctorTimeout)
 	defer cancel()
-	e, err := docker.Connect(ctx, rb.Host)
+	e, err := docker.Connect(ctx, host)
 	if err != nil {
-		out = append(out,
-			native.Check{Name: "backend docker", OK: false, Detail: err.Error()},
-			native.Check{Name: "backend gvisor", OK: false, Detail: gvisorNeedsDocker})
-		return out
+		return native.Check{Name: "backend docker", OK: false, Detail: err.Error()}
 	}
 	defer e.Close()
 	version, verr := e.Version(ctx)
@@ -147,48 +151,32 @@ func backendChecks(checks []native.Check, rb config.ResolvedBackend) []native.Ch
 		detail = fmt.Sprintf("engine at %s answers ping but not version: %v", e.Host(), verr)
 	case rerr != nil:
 		detail += fmt.Sprintf("; runtimes unknown: %v", rerr)
-	default:
+	case slices.Contains(runtimes, config.RuntimeRunsc):
 		detail += "; runtimes " + strings.Join(runtimes, ", ")
+	default:
+		detail += "; runtimes " + strings.Join(runtimes, ", ") + " (for runtime runsc: install runsc and register it " +
+			"under \"runtimes\" in /etc/docker/daemon.json with runtimeArgs --platform=ptrace --network=none --oci-seccomp; scripts/backends does both)"
 	}
 	if ierr != nil {
 		detail += "; " + ierr.Error()
 	} else {
 		detail += "; image " + image
 	}
-	dockerOK := verr == nil && ierr == nil
-	out = append(out, native.Check{Name: "backend docker", OK: dockerOK, Detail: detail})
-
-	gv := native.Check{Name: "backend gvisor", OK: dockerOK && rerr == nil && slices.Contains(runtimes, config.RuntimeRunsc)}
-	switch {
-	case !dockerOK:
-		gv.Detail = gvisorNeedsDocker
-	case rerr != nil:
-		gv.Detail = fmt.Sprintf("docker with runtime runsc: the daemon's runtimes are unknown: %v", rerr)
-	case !gv.OK:
-		gv.Detail = "docker with runtime runsc, but the daemon has no runsc: install runsc (apt-get install runsc) and register it " +
-			"under \"runtimes\" in /etc/docker/daemon.json with runtimeArgs --platform=ptrace --network=none --oci-seccomp; scripts/backends does both"
-	default:
-		gv.Detail = "docker with runtime runsc" + runscVersion()
-	}
-	return append(out, gv)
+	return native.Check{Name: "backend docker", OK: verr == nil && ierr == nil, Detail: detail}
 }
 
-// gvisorNeedsDocker is the gvisor line of doctor when docker is unavailable.
-const gvisorNeedsDocker = "docker with runtime runsc (running runsc directly is not built yet): the docker backend is unavailable"
-
-// runscVersion returns ", runsc VERSION" for the runsc in PATH, or "" when there is
-// none (the daemon may know runsc by a path of its own).
-func runscVersion() string {
-	path, err := exec.LookPath("runsc")
-	if err != nil {
-		return ""
-	}
+// gvisorCheck reports whether the gvisor backend g can make boxes here (root, runsc,
+// cgroups, the configured root filesystem), with runsc's version.
+func gvisorCheck(g config.ResolvedBackend) native.Check {
 	ctx, cancel := context.WithTimeout(context.Background(), doctorTimeout)
 	defer cancel()
-	v, err := exec.CommandContext(ctx, path, "--version").Output()
+	runsc, version, err := gvisor.Probe(ctx, gvisor.Options{Runsc: g.Runsc, Platform: g.Platform, Rootfs: g.Rootfs})
 	if err != nil {
-		return ""
+		return native.Check{Name: "backend gvisor", OK: false, Detail: err.Error()}
 	}
-	first, _, _ := strings.Cut(strings.TrimSpace(string(v)), "\n")
-	return " (" + path + ": " + first + "; platform ptrace)"
+	root := g.Rootfs
+	if root == "" {
+		root = "the host's runtime trees"
+	}
+	return native.Check{Name: "backend gvisor", OK: true, Detail: fmt.Sprintf("%s (%s), platform %s, root %s", runsc, version, g.Platform, root)}
 }

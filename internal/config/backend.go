@@ -17,8 +17,8 @@ const (
 	// BackendDocker makes each box a container through the Docker Engine API, with
 	// the hardened flag set of package box/docker.
 	BackendDocker = "docker"
-	// BackendGVisor is, for now, BackendDocker with the daemon's runsc runtime: the
-	// box runs on gVisor's kernel. Running runsc directly is not built yet.
+	// BackendGVisor makes each box a gVisor sandbox by running runsc directly, with
+	// no Docker (package box/gvisor): the box runs on gVisor's kernel.
 	BackendGVisor = "gvisor"
 )
 
@@ -28,12 +28,15 @@ const (
 	RuntimeRunsc = "runsc"
 )
 
-// DefaultDockerImage is the image of docker and gvisor boxes when
-// backend.docker.image is unset: the one scripts/backends builds with debootstrap.
+// DefaultDockerImage is the image of docker boxes when backend.docker.image is unset: the one scripts/backends builds with debootstrap.
 const DefaultDockerImage = "moat-test-python:bookworm"
 
 // BackendNames lists the backends, in the order of the docs.
 var BackendNames = []string{BackendNative, BackendDocker, BackendGVisor}
+
+// GVisorPlatforms are the runsc platforms backend.gvisor.platform may name: ptrace
+// (the default, works everywhere), systrap (newer runsc) and kvm (needs /dev/kvm).
+var GVisorPlatforms = []string{"ptrace", "systrap", "kvm"}
 
 var imageRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$`)
 
@@ -41,12 +44,13 @@ var imageRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$`)
 // --backend flag of moat run, moat serve and moat mcp replaces Name (and then no
 // fallback applies).
 type Backend struct {
-	// Name is native (the default when empty), docker or gvisor (docker with the
-	// runsc runtime). A backend that is not available makes moat refuse to start,
+	// Name is native (the default when empty), docker or gvisor. A backend that is not available makes moat refuse to start,
 	// with what is missing and how to get it; it never falls back silently.
 	Name string `yaml:"name"`
-	// Docker configures the docker and gvisor backends.
+	// Docker configures the docker backend.
 	Docker DockerBackend `yaml:"docker"`
+	// GVisor configures the gvisor backend.
+	GVisor GVisorBackend `yaml:"gvisor"`
 	// Fallback lists backends tried in order when Name cannot start (no daemon, no
 	// image, no runtime), each logged as a warning. Empty (the default) means none:
 	// moat refuses to start. Each result's isolation says what made its box. Not
@@ -54,7 +58,7 @@ type Backend struct {
 	Fallback []string `yaml:"fallback"`
 }
 
-// DockerBackend configures the docker and gvisor backends.
+// DockerBackend configures the docker backend.
 type DockerBackend struct {
 	// Host is the Docker daemon's address: unix:///path or tcp://host:port. Empty
 	// means $DOCKER_HOST, else unix:///var/run/docker.sock.
@@ -63,19 +67,32 @@ type DockerBackend struct {
 	// python3 on PATH (or /usr/bin/python3) and bash. DefaultDockerImage when empty.
 	Image string `yaml:"image"`
 	// Runtime is the daemon's OCI runtime: runc (the daemon's default, also when
-	// empty) or runsc (gVisor; the same as backend gvisor). With backend gvisor only
-	// runsc (or empty) is allowed.
+	// empty) or runsc (gVisor, registered with the daemon).
 	Runtime string `yaml:"runtime"`
+}
+
+// GVisorBackend configures the gvisor backend: runsc run directly, as root.
+type GVisorBackend struct {
+	// Runsc is runsc's absolute path; empty looks it up in PATH.
+	Runsc string `yaml:"runsc"`
+	// Platform is runsc's --platform: ptrace (the default), systrap or kvm.
+	Platform string `yaml:"platform"`
+	// Rootfs is an absolute directory holding the boxes' root filesystem (an image
+	// unpacked, e.g. by debootstrap; it needs python3 and bash). Empty shows boxes
+	// the host's runtime trees read-only, as native boxes see them.
+	Rootfs string `yaml:"rootfs"`
 }
 
 // ResolvedBackend is the backend to open, with its defaults applied.
 type ResolvedBackend struct {
 	// Name is BackendNative, BackendDocker or BackendGVisor.
 	Name string
-	// Host, Image and Runtime configure a docker or gvisor backend: Image is never
-	// empty, Runtime is "runsc" for gvisor and "" (the daemon's default) or "runsc"
-	// for docker.
+	// Host, Image and Runtime configure a docker backend: Image is never empty,
+	// Runtime is "" (the daemon's default) or "runsc".
 	Host, Image, Runtime string
+	// Runsc, Platform and Rootfs configure a gvisor backend: Platform is never
+	// empty; Runsc and Rootfs may be (look runsc up; the host's trees).
+	Runsc, Platform, Rootfs string
 	// Fallback are the backends to try, in order, when this one cannot start.
 	Fallback []ResolvedBackend
 }
@@ -93,9 +110,6 @@ func (c *Config) ResolveBackend(flagName string) (ResolvedBackend, error) {
 		if !slices.Contains(BackendNames, flagName) {
 			return ResolvedBackend{}, fmt.Errorf("unknown backend %q (want %s)", flagName, orList(BackendNames))
 		}
-		if flagName == BackendGVisor && c.Backend.Docker.Runtime == RuntimeRunc {
-			return ResolvedBackend{}, fmt.Errorf("backend gvisor needs runtime runsc, but backend.docker.runtime is runc")
-		}
 		return c.resolveBackend(flagName), nil
 	}
 	name := c.Backend.Name
@@ -112,7 +126,15 @@ func (c *Config) ResolveBackend(flagName string) (ResolvedBackend, error) {
 // resolveBackend resolves one valid backend name, without fallback.
 func (c *Config) resolveBackend(name string) ResolvedBackend {
 	r := ResolvedBackend{Name: name}
-	if name == BackendNative {
+	switch name {
+	case BackendNative:
+		return r
+	case BackendGVisor:
+		g := c.Backend.GVisor
+		r.Runsc, r.Platform, r.Rootfs = g.Runsc, g.Platform, g.Rootfs
+		if r.Platform == "" {
+			r.Platform = GVisorPlatforms[0]
+		}
 		return r
 	}
 	d := c.Backend.Docker
@@ -123,16 +145,24 @@ func (c *Config) resolveBackend(name string) ResolvedBackend {
 	if r.Runtime == RuntimeRunc {
 		r.Runtime = "" // the daemon's default
 	}
-	if name == BackendGVisor {
-		r.Runtime = RuntimeRunsc
-	}
 	return r
 }
 
-// String describes r for logs and moat doctor: "docker (image I, runtime R, host H)".
+// String describes r for logs and moat doctor: "docker (image I, runtime R, host H)",
+// "gvisor (runsc R, platform P, root F)".
 func (r ResolvedBackend) String() string {
-	if r.Name == BackendNative {
+	switch r.Name {
+	case BackendNative:
 		return r.Name
+	case BackendGVisor:
+		runsc, root := r.Runsc, r.Rootfs
+		if runsc == "" {
+			runsc = "from PATH"
+		}
+		if root == "" {
+			root = "the host's runtime trees"
+		}
+		return fmt.Sprintf("%s (runsc %s, platform %s, root %s)", r.Name, runsc, r.Platform, root)
 	}
 	rt, host := r.Runtime, r.Host
 	if rt == "" {
@@ -153,11 +183,7 @@ func (c *Config) checkBackend(ps *problems) {
 	}
 	d := b.Docker
 	switch d.Runtime {
-	case "", RuntimeRunsc:
-	case RuntimeRunc:
-		if name == BackendGVisor {
-			ps.add("backend.docker.runtime", "runc contradicts backend gvisor, which is docker with runtime runsc (leave runtime unset)")
-		}
+	case "", RuntimeRunsc, RuntimeRunc:
 	default:
 		ps.add("backend.docker.runtime", "unknown runtime %q (want runc or runsc: the runtimes moat is tested with)", d.Runtime)
 	}
@@ -170,6 +196,16 @@ func (c *Config) checkBackend(ps *problems) {
 		if msg := checkDockerHost(d.Host); msg != "" {
 			ps.add("backend.docker.host", "%s", msg)
 		}
+	}
+	g := b.GVisor
+	if g.Runsc != "" && !filepath.IsAbs(g.Runsc) {
+		ps.add("backend.gvisor.runsc", "%q is not an absolute path (empty: look runsc up in PATH)", g.Runsc)
+	}
+	if g.Platform != "" && !slices.Contains(GVisorPlatforms, g.Platform) {
+		ps.add("backend.gvisor.platform", "unknown platform %q (want %s)", g.Platform, orList(GVisorPlatforms))
+	}
+	if g.Rootfs != "" && !filepath.IsAbs(g.Rootfs) {
+		ps.add("backend.gvisor.rootfs", "%q is not an absolute path (empty: the host's runtime trees)", g.Rootfs)
 	}
 	seen := map[string]bool{}
 	for i, fb := range b.Fallback {
@@ -185,8 +221,6 @@ func (c *Config) checkBackend(ps *problems) {
 			ps.add(p, "%s is backend.name itself", fb)
 		case seen[fb]:
 			ps.add(p, "%s is listed twice", fb)
-		case fb == BackendGVisor && d.Runtime == RuntimeRunc:
-			ps.add(p, "gvisor needs runtime runsc, but backend.docker.runtime is runc")
 		}
 		seen[fb] = true
 	}

@@ -10,7 +10,10 @@ func TestBackendErrors(t *testing.T) {
 	tests := []parseErrCase{
 		{"unknown name", "backend:\n  name: podman\n", `m.yaml:2: backend.name: unknown backend "podman" (want native, docker or gvisor)`},
 		{"unknown runtime", "backend:\n  name: docker\n  docker:\n    runtime: kata\n", `m.yaml:4: backend.docker.runtime: unknown runtime "kata" (want runc or runsc`},
-		{"runc with gvisor", "backend:\n  name: gvisor\n  docker:\n    runtime: runc\n", `m.yaml:4: backend.docker.runtime: runc contradicts backend gvisor`},
+		{"relative runsc", "backend:\n  gvisor:\n    runsc: bin/runsc\n", `m.yaml:3: backend.gvisor.runsc: "bin/runsc" is not an absolute path`},
+		{"unknown platform", "backend:\n  gvisor:\n    platform: xen\n", `m.yaml:3: backend.gvisor.platform: unknown platform "xen" (want ptrace, systrap or kvm)`},
+		{"relative rootfs", "backend:\n  gvisor:\n    rootfs: rootfs\n", `m.yaml:3: backend.gvisor.rootfs: "rootfs" is not an absolute path`},
+		{"unknown gvisor key", "backend:\n  gvisor:\n    image: x\n", `m.yaml:3: backend.gvisor.image: unknown key (want platform, rootfs or runsc)`},
 		{"image with a space", "backend:\n  docker:\n    image: 'python 3'\n", `m.yaml:3: backend.docker.image: invalid image reference "python 3"`},
 		{"image with an option", "backend:\n  docker:\n    image: --privileged\n", `m.yaml:3: backend.docker.image: invalid image reference "--privileged"`},
 		{"host without a scheme", "backend:\n  docker:\n    host: /var/run/docker.sock\n", `m.yaml:3: backend.docker.host: "/var/run/docker.sock": want unix:///path or tcp://host:port`},
@@ -20,7 +23,6 @@ func TestBackendErrors(t *testing.T) {
 		{"fallback to itself", "backend:\n  name: docker\n  fallback: [native, docker]\n", `m.yaml:3: backend.fallback[1]: docker is backend.name itself`},
 		{"fallback to native by default", "backend:\n  fallback: [native]\n", `m.yaml:2: backend.fallback[0]: native is backend.name itself`},
 		{"fallback twice", "backend:\n  name: gvisor\n  fallback: [docker, docker]\n", `m.yaml:3: backend.fallback[1]: docker is listed twice`},
-		{"fallback to gvisor on runc", "backend:\n  name: docker\n  docker: {runtime: runc}\n  fallback: [gvisor]\n", `m.yaml:4: backend.fallback[0]: gvisor needs runtime runsc`},
 		{"unknown key", "backend:\n  docker:\n    images: {python: x}\n", `m.yaml:3: backend.docker.images: unknown key (want host, image or runtime)`},
 	}
 	checkParseErrors(t, tests)
@@ -39,14 +41,15 @@ func TestResolveBackend(t *testing.T) {
 			ResolvedBackend{Name: BackendDocker, Host: "tcp://10.0.0.2:2375", Image: "python:3.12-slim"}},
 		{"docker on runsc", "backend:\n  name: docker\n  docker: {runtime: runsc}\n", "",
 			ResolvedBackend{Name: BackendDocker, Image: DefaultDockerImage, Runtime: RuntimeRunsc}},
-		{"gvisor", "backend:\n  name: gvisor\n  docker: {image: 'python:3.12-slim', host: 'unix:///run/docker.sock'}\n", "",
-			ResolvedBackend{Name: BackendGVisor, Host: "unix:///run/docker.sock", Image: "python:3.12-slim", Runtime: RuntimeRunsc}},
-		{"gvisor by flag", "", "gvisor", ResolvedBackend{Name: BackendGVisor, Image: DefaultDockerImage, Runtime: RuntimeRunsc}},
+		{"gvisor", "backend:\n  name: gvisor\n  gvisor: {runsc: /opt/runsc, platform: kvm, rootfs: /srv/root}\n  docker: {image: 'python:3.12-slim'}\n", "",
+			ResolvedBackend{Name: BackendGVisor, Runsc: "/opt/runsc", Platform: "kvm", Rootfs: "/srv/root"}},
+		{"gvisor by flag", "", "gvisor", ResolvedBackend{Name: BackendGVisor, Platform: "ptrace"}},
+		{"gvisor with docker on runc", "backend:\n  docker: {runtime: runc}\n", "gvisor", ResolvedBackend{Name: BackendGVisor, Platform: "ptrace"}},
 		{"fallback", "backend:\n  name: gvisor\n  fallback: [docker, native]\n", "",
-			ResolvedBackend{Name: BackendGVisor, Image: DefaultDockerImage, Runtime: RuntimeRunsc, Fallback: []ResolvedBackend{
+			ResolvedBackend{Name: BackendGVisor, Platform: "ptrace", Fallback: []ResolvedBackend{
 				{Name: BackendDocker, Image: DefaultDockerImage}, {Name: BackendNative}}}},
 		{"a flag drops the fallback", "backend:\n  name: gvisor\n  fallback: [native]\n", "gvisor",
-			ResolvedBackend{Name: BackendGVisor, Image: DefaultDockerImage, Runtime: RuntimeRunsc}},
+			ResolvedBackend{Name: BackendGVisor, Platform: "ptrace"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -66,7 +69,6 @@ func TestResolveBackendFlagErrors(t *testing.T) {
 	tests := []struct{ name, src, flag, want string }{
 		{"unknown", "", "bogus", `unknown backend "bogus" (want native, docker or gvisor)`},
 		{"case matters", "", "Docker", `unknown backend "Docker"`},
-		{"gvisor on runc", "backend:\n  docker: {runtime: runc}\n", "gvisor", "backend gvisor needs runtime runsc, but backend.docker.runtime is runc"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,7 +81,7 @@ func TestResolveBackendFlagErrors(t *testing.T) {
 }
 
 func TestBackendWarnings(t *testing.T) {
-	for _, src := range []string{"backend: {name: docker}\n", "backend: {name: gvisor, docker: {runtime: runsc}}\n", "backend: {fallback: []}\n"} {
+	for _, src := range []string{"backend: {name: docker}\n", "backend: {name: gvisor, gvisor: {platform: ptrace}}\n", "backend: {fallback: []}\n"} {
 		if w := mustParse(t, src).Warnings(); len(w) != 0 {
 			t.Errorf("%q warns: %q", src, w)
 		}
@@ -92,8 +94,9 @@ func TestBackendWarnings(t *testing.T) {
 
 func TestResolvedBackendString(t *testing.T) {
 	for r, want := range map[*ResolvedBackend]string{
-		{Name: BackendNative}: "native",
-		{Name: BackendGVisor, Image: "img", Runtime: RuntimeRunsc}:                    "gvisor (image img, runtime runsc, daemon $DOCKER_HOST or the default socket)",
+		{Name: BackendNative}:                                                         "native",
+		{Name: BackendGVisor, Platform: "ptrace"}:                                     "gvisor (runsc from PATH, platform ptrace, root the host's runtime trees)",
+		{Name: BackendGVisor, Runsc: "/r", Platform: "kvm", Rootfs: "/srv"}:           "gvisor (runsc /r, platform kvm, root /srv)",
 		{Name: BackendDocker, Image: "img", Host: "unix:///run/d.sock"}:               "docker (image img, runtime the daemon's default, daemon unix:///run/d.sock)",
 		{Name: BackendDocker, Image: "img", Runtime: RuntimeRunsc, Host: "tcp://h:1"}: "docker (image img, runtime runsc, daemon tcp://h:1)",
 	} {

@@ -53,8 +53,9 @@ var (
 //     retention.max_age is a duration (days allowed), max_records positive.
 //   - backend: name and every fallback entry are native, docker or gvisor, the
 //     fallback names neither backend.name nor one backend twice; docker.runtime is
-//     runc or runsc (not runc with gvisor); docker.image is an image reference;
-//     docker.host is unix:///path or tcp://host:port.
+//     runc or runsc; docker.image is an image reference; docker.host is
+//     unix:///path or tcp://host:port; gvisor.runsc and gvisor.rootfs are absolute
+//     paths, gvisor.platform ptrace, systrap or kvm.
 //
 // Validate does not read the key_env variables: ResolveServer does.
 //

@@ -16,10 +16,6 @@ import (
 	"github.com/moat-sandbox/moat/internal/childproc"
 )
 
-// MuxRole is argv[1] of the agent: the container's entrypoint is
-// [AgentPath, MuxRole].
-const MuxRole = "__moat-mux"
-
 func init() { childproc.Add(MuxRole, runMux) }
 
 // Bounds of the agent.

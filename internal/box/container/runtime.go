@@ -22,6 +22,10 @@ const (
 	MoatDirBytes = 16 << 20
 )
 
+// MuxRole is argv[1] of the agent: the container's entrypoint is
+// [AgentPath, MuxRole].
+const MuxRole = "__moat-mux"
+
 // BoxUID and BoxGID are the user a box container runs as: nobody/nogroup, as in the
 // native backend. A box never runs as root.
 const (

@@ -66,21 +66,9 @@ func NewBackend(ctx context.Context, o Options) (*Backend, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	if os.Geteuid() != 0 {
-		return nil, errors.New("gvisor backend: needs root (runsc makes the sandbox's namespaces, moat its cgroup): run moat as root, or use backend docker with runtime runsc")
-	}
-	runsc, err := FindRunsc(o.Runsc)
+	runsc, _, info, err := probe(ctx, o)
 	if err != nil {
 		return nil, err
-	}
-	if _, err := Version(ctx, runsc); err != nil {
-		return nil, err
-	}
-	info := cgroup.Detect()
-	for _, c := range []string{"memory", "pids"} {
-		if !slices.Contains(info.Controllers, c) {
-			return nil, fmt.Errorf("gvisor backend: needs the cgroup controllers memory and pids to bound a sandbox, and this host has %v (%s)", info.Controllers, info.Reason)
-		}
 	}
 	agent, err := os.Executable()
 	if err != nil {
@@ -112,9 +100,6 @@ func NewBackend(ctx context.Context, o Options) (*Backend, error) {
 	}
 	b := &Backend{runtime: r}
 	if o.Rootfs != "" {
-		if err := checkRootfs(o.Rootfs); err != nil {
-			return nil, err
-		}
 		r.Rootfs = o.Rootfs
 	} else {
 		b.ownRoot = filepath.Join(r.rootsDir(), native.BoxName())
@@ -131,6 +116,38 @@ func NewBackend(ctx context.Context, o Options) (*Backend, error) {
 		Log:     log,
 	}
 	return b, nil
+}
+
+// Probe checks, changing nothing, what NewBackend needs: root, runsc (it returns its
+// path and version), the cgroup controllers, the configured root filesystem. moat
+// doctor reports it.
+func Probe(ctx context.Context, o Options) (runsc, version string, err error) {
+	runsc, version, _, err = probe(ctx, o)
+	return runsc, version, err
+}
+
+func probe(ctx context.Context, o Options) (runsc, version string, info cgroup.Info, err error) {
+	if os.Geteuid() != 0 {
+		return "", "", info, errors.New("gvisor backend: needs root (runsc makes the sandbox's namespaces, moat its cgroup): run moat as root, or use backend docker with runtime runsc")
+	}
+	if runsc, err = FindRunsc(o.Runsc); err != nil {
+		return "", "", info, err
+	}
+	if version, err = Version(ctx, runsc); err != nil {
+		return "", "", info, err
+	}
+	info = cgroup.Detect()
+	for _, c := range []string{"memory", "pids"} {
+		if !slices.Contains(info.Controllers, c) {
+			return "", "", info, fmt.Errorf("gvisor backend: needs the cgroup controllers memory and pids to bound a sandbox, and this host has %v (%s)", info.Controllers, info.Reason)
+		}
+	}
+	if o.Rootfs != "" {
+		if err := checkRootfs(o.Rootfs); err != nil {
+			return "", "", info, err
+		}
+	}
+	return runsc, version, info, nil
 }
 
 func (r *Runtime) rootsDir() string { return filepath.Join(r.StateDir, "roots") }
