@@ -264,3 +264,22 @@ func TestBackendsMissingImage(t *testing.T) {
 		})
 	}
 }
+
+// TestBackendsRefuseEgress: the container backends have no egress proxy yet, so a run
+// that asks for a network is refused at once with a message saying so (never run with
+// a network it did not ask for, nor without the one it asked for); nothing is left.
+func TestBackendsRefuseEgress(t *testing.T) {
+	for _, b := range containerBackends {
+		t.Run(b.id, func(t *testing.T) {
+			cfg := requireContainerBackend(t, b.id)
+			o := moatExec(t, "print(1)\n", append(append([]string{"run"}, b.args(cfg)...), "--network", "allow:127.0.0.1:9", "--lang", "python")...)
+			if o.exit != 70 || !strings.Contains(o.stderr, "no network egress yet: network must be none") {
+				t.Fatalf("exit %d, want 70 and the reason:\n%s", o.exit, o)
+			}
+			if o.wall > 10*time.Second {
+				t.Errorf("took %v to refuse", o.wall)
+			}
+			b.checkNoBoxes(t, o)
+		})
+	}
+}

@@ -30,7 +30,7 @@ type Options struct {
 // NewBackend connects to the daemon, checks that it has the image and the runtime,
 // and returns a backend whose boxes are containers: the native backend's init, with
 // its sessions, files and result contract, started by a Starter. The backend is
-// named "docker", or "gvisor" for runtime runsc. It uses this binary as the box's
+// named "docker", whatever its runtime. It uses this binary as the box's
 // agent, so the binary must be static (CGO_ENABLED=0). Every error says what is
 // missing and how to get it.
 func NewBackend(ctx context.Context, o Options) (*native.Backend, error) {

@@ -122,7 +122,7 @@ func (b *Backend) launch(ls launchSpec, tr *phaseTrace) (_ *boxProc, err error) 
 	var egressSock *os.File
 	if ls.egress != nil {
 		if contained {
-			return nil, fmt.Errorf("this backend has no egress yet: network must be none")
+			return nil, fmt.Errorf("the docker and gvisor backends have no network egress yet: network must be none (the native backend enforces allowlists)")
 		}
 		parent, child, err := socketpair()
 		if err != nil {
