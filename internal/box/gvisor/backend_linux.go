@@ -253,13 +253,13 @@ func makeHostRoot(dir string) ([]Mount, error) {
 	return binds, nil
 }
 
-// Sweep removes what crashed earlier moat processes left: the cgroups of their boxes
-// with whatever still runs there (cgroup.Sweep: runsc, Sentries, gofers), runsc's
-// state of their sandboxes, their bundles and their skeleton roots. Those of live moat
-// processes are left alone. It returns how many sandboxes it removed.
+// Sweep removes what crashed earlier moat processes left: for each of their bundles,
+// the sandbox's cgroup with whatever still runs there (runsc, the Sentry, the gofer),
+// runsc's state of it and the bundle; and their skeleton roots. Those of live moat
+// processes are left alone, and so are other boxes' cgroups (moat serve sweeps those).
+// It returns how many sandboxes it removed.
 func (r *Runtime) Sweep() (int, error) {
-	_, cgErr := cgroup.Sweep()
-	errs := []error{cgErr}
+	var errs []error
 	n := 0
 	for _, dir := range []string{r.bundlesDir(), r.rootsDir()} {
 		entries, err := os.ReadDir(dir)
@@ -272,6 +272,10 @@ func (r *Runtime) Sweep() (int, error) {
 				continue
 			}
 			if dir == r.bundlesDir() {
+				if err := cgroup.Remove(e.Name()); err != nil {
+					errs = append(errs, err)
+					continue // its processes may live: keep the bundle for the next sweep
+				}
 				deleteSandbox(r.Runsc, r.runscRoot(), e.Name())
 				n++
 			}

@@ -52,3 +52,9 @@ func Sweep() (int, error) {
 
 // Dirs returns nothing off Linux.
 func (b *Box) Dirs() []string { return nil }
+
+// Remove does nothing: there are no cgroups outside Linux.
+func Remove(name string) error { return nil }
+
+// OwnerGone reports false: there are no boxes outside Linux.
+func OwnerGone(name string) bool { return false }

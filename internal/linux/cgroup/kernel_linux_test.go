@@ -496,3 +496,34 @@ func TestKernelHybridV2(t *testing.T) {
 		unix.Close(dead.fd)
 	})
 }
+
+// TestKernelRemove: Remove kills what runs in a box known only by its name, removes
+// it in every hierarchy, and leaves other boxes alone; a name with no box is no error.
+func TestKernelRemove(t *testing.T) {
+	requireKernel(t)
+	b := newKernelBox(t, Limits{MemoryBytes: 64 << 20, Pids: 16})
+	other := newKernelBox(t, Limits{Pids: 16})
+	cmd := start(t, b, "sleep 600")
+	if err := Remove(b.name); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err == nil {
+		t.Error("the box's process exited cleanly; want it killed")
+	}
+	for _, d := range b.Dirs() {
+		if isDir(d) {
+			t.Errorf("%s still exists", d)
+		}
+	}
+	for _, d := range other.Dirs() {
+		if !isDir(d) {
+			t.Errorf("another box's %s is gone", d)
+		}
+	}
+	if err := Remove(boxName(t)); err != nil {
+		t.Errorf("Remove of a box that does not exist: %v", err)
+	}
+	if err := Remove("../escape"); !errors.Is(err, ErrInvalidName) {
+		t.Errorf("Remove of a bad name: %v", err)
+	}
+}

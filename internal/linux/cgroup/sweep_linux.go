@@ -77,6 +77,37 @@ func (h *host) sweep() (int, error) {
 	return removed, errors.Join(errs...)
 }
 
+// Remove kills what runs in the box called name, if it exists, and removes it in
+// every hierarchy it is found in (a half-created v1 box too); a box that does not
+// exist is not an error. It is Sweep for one box whose name the caller knows, such as
+// a gVisor sandbox of a dead owner, without touching any other box.
+func Remove(name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	h, err := current()
+	if err != nil {
+		return err
+	}
+	b := h.layout(name)
+	var dirs []string
+	for _, d := range b.dirs {
+		if isDir(d) {
+			dirs = append(dirs, d)
+		}
+	}
+	if len(dirs) == 0 {
+		return nil
+	}
+	for c, d := range b.ctl {
+		if !slices.Contains(dirs, d) {
+			delete(b.ctl, c)
+		}
+	}
+	b.dirs = dirs
+	return b.Destroy()
+}
+
 // OwnerGone reports whether name is "box-<pid>-<suffix>" and no process
 // <pid> exists. A zombie or a process we may not signal counts as alive.
 // Sweep uses it for cgroups; the gvisor backend for its sandboxes' state.
