@@ -51,6 +51,14 @@ func moatExec(t *testing.T, stdin string, args ...string) runOut {
 // moatExecAs is moatExec as another host user (nil: as the test itself).
 func moatExecAs(t *testing.T, cred *syscall.Credential, stdin string, args ...string) runOut {
 	t.Helper()
+	return moatExecWhile(t, cred, nil, stdin, args...)
+}
+
+// moatExecWhile is moatExecAs that, when while is not nil, calls it with moat's pid
+// once moat has started and before waiting for it to exit: the test acts on a moat
+// that runs (its containers are labelled with that pid).
+func moatExecWhile(t *testing.T, cred *syscall.Credential, while func(pid int), stdin string, args ...string) runOut {
+	t.Helper()
 	bin := testutil.MoatBinary(t)
 	cmd := exec.Command(bin, args...)
 	if cred != nil {
@@ -67,11 +75,14 @@ func moatExecAs(t *testing.T, cred *syscall.Credential, stdin string, args ...st
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	start := time.Now()
-	err := cmd.Run()
-	out := runOut{stdout: so.String(), stderr: se.String(), wall: time.Since(start)}
-	if cmd.Process != nil {
-		out.pid = cmd.Process.Pid
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("run moat: %v", err)
 	}
+	if while != nil {
+		while(cmd.Process.Pid)
+	}
+	err := cmd.Wait()
+	out := runOut{stdout: so.String(), stderr: se.String(), wall: time.Since(start), pid: cmd.Process.Pid}
 	var ee *exec.ExitError
 	switch {
 	case err == nil:

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -118,6 +119,9 @@ type proc struct {
 	waitCtx    context.Context
 	waitCancel context.CancelFunc
 	closeOnce  sync.Once
+	// stopped is set once the host kills the container or closes its stream on
+	// purpose (Kill, Release): an end by SIGKILL is then moat's own doing.
+	stopped atomic.Bool
 
 	done    chan struct{} // closed once the container exited and the stream is done
 	exit    Exit          // valid once done, if exited
@@ -324,6 +328,7 @@ func (p *proc) supervise() {
 			r = <-exitc
 		}
 	}
+	agentEnded := p.channelsEnded()
 	p.finish()
 	p.exit, p.exited = r.exit, r.err == nil
 	switch {
@@ -331,10 +336,48 @@ func (p *proc) supervise() {
 		p.waitErr = fmt.Errorf("%s backend: %w: lost the box's container: %w", p.s.Runtime.Name(), native.ErrProcLost, r.err)
 	case recvErr != nil && !errors.Is(recvErr, io.ErrClosedPipe):
 		p.waitErr = fmt.Errorf("%s backend: %w: the box's stream broke: %w", p.s.Runtime.Name(), native.ErrProcLost, recvErr)
+	case r.exit.Code == exitKilled && !r.exit.OOMKilled && !agentEnded && !p.stopped.Load():
+		// The agent is the container's PID 1: nothing inside the container can
+		// SIGKILL it (the kernel drops the signal), and when the code kills init
+		// the agent still ends every channel before it exits. A SIGKILLed agent
+		// with channels still open, not OOM-killed and not killed by moat, was
+		// killed from outside: `docker kill` or `docker stop`, or a daemon that
+		// stops (dockerd's shutdown stops every container: SIGTERM, which the
+		// agent ignores, then SIGKILL after StopTimeout). Without this the box
+		// would look as if the code had killed its own init.
+		hint := ""
+		if p.s.Runtime.Name() == "docker" {
+			hint = " (docker kill or stop, or the Docker daemon stopping or restarting)"
+		}
+		p.waitErr = fmt.Errorf("%s backend: %w: the box's container was killed from outside moat%s", p.s.Runtime.Name(), native.ErrProcLost, hint)
+	case r.exit.OOMKilled && r.exit.Code != 0:
+		// The OOM killer took the agent or, under gVisor, the sandbox that runs
+		// the whole box: a session then ends with this as its reason.
+		p.waitErr = fmt.Errorf("the box's container was killed at its memory limit (OOM killer; container exited with status %d)", r.exit.Code)
 	case r.exit.Code != 0:
 		p.waitErr = fmt.Errorf("container exited with status %d%s", r.exit.Code, p.agentSaid())
 	}
 	close(p.done)
+}
+
+// exitKilled is a container's exit status when its PID 1 died of SIGKILL.
+const exitKilled = 128 + int(unix.SIGKILL)
+
+// channelsEnded reports whether the agent ended every channel it sends, as it does
+// before a clean exit. Call it once receive has returned and before finish.
+func (p *proc) channelsEnded() bool {
+	for _, ib := range p.inboxes {
+		if ib == nil {
+			continue
+		}
+		ib.mu.Lock()
+		eof := ib.eof
+		ib.mu.Unlock()
+		if !eof {
+			return false
+		}
+	}
+	return true
 }
 
 // finish ends the channels once the stream is done: what arrived is written into the
@@ -435,6 +478,7 @@ func (p *proc) Kill() {
 	if p.c == nil {
 		return
 	}
+	p.stopped.Store(true)
 	select {
 	case <-p.done:
 		return
@@ -487,6 +531,7 @@ func (p *proc) Warnings() []string {
 // Release implements native.Proc: it removes the container. A failure is logged, not
 // returned: the runtime's sweep removes what is left when moat next starts.
 func (p *proc) Release() error {
+	p.stopped.Store(true)
 	p.closeStream()
 	p.remove()
 	return nil

@@ -345,6 +345,76 @@ func TestBackendSession(t *testing.T) {
 	})
 }
 
+// TestBackendSessionMemoryLimit runs session calls past the session's memory limit.
+//
+// runc: the OOM killer takes the interpreter, the call's status is memory_limit and
+// the session lives on with a fresh interpreter. Each OOM is told: the count comes
+// from the container's cgroup (oom_kill), which rises with every kill, not from the
+// daemon's OOMKilled mark, which stays set (and which dockerd 20.10 sets only when
+// the container exits). A SIGKILL that is not the OOM killer's stays killed.
+//
+// runsc: the host's OOM killer takes gVisor's sandbox, which is charged for the
+// code's memory, and with it the whole box: the call fails with ErrSessionLost,
+// saying the container was killed at its memory limit. gVisor kills no process of
+// its own at the limit, so no call can tell memory_limit and live on.
+func TestBackendSessionMemoryLimit(t *testing.T) {
+	const memory = 96 << 20
+	bomb := "b = []\nwhile True:\n    b.append(bytearray(8 << 20))"
+	forRuntimes(t, func(t *testing.T, b *native.Backend, e *Engine, rt string) {
+		ctx := context.Background()
+		spec := pythonSession()
+		spec.Limits = box.Limits{Memory: memory}
+		// Policy off: the code may SIGKILL its own interpreter.
+		pol := python.DefaultPolicy()
+		pol.Mode = python.ModeOff
+		spec.Support = python.Support(pol, nil)
+		s, err := b.StartSession(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		exec := func(code string) (*box.Result, error) {
+			return s.Exec(ctx, &box.Call{Code: []byte(code), Timeout: time.Minute})
+		}
+		if res, err := exec("x = 41"); err != nil || res.Status != box.StatusOK {
+			t.Fatalf("x = 41: %v %+v", err, res)
+		}
+		if rt == RuntimeGVisor {
+			res, err := exec(bomb)
+			if !errors.Is(err, box.ErrSessionLost) || !strings.Contains(err.Error(), "memory limit") {
+				t.Fatalf("a memory bomb under runsc: %v %+v, want ErrSessionLost at the memory limit", err, res)
+			}
+			select {
+			case <-s.Done():
+			case <-time.After(15 * time.Second):
+				t.Fatal("the session outlived its box by 15s")
+			}
+			requireNoContainers(t, e)
+			return
+		}
+		for i := range 2 {
+			res, err := exec(bomb)
+			if err != nil {
+				t.Fatalf("memory bomb %d: %v", i+1, err)
+			}
+			if res.Status != box.StatusMemoryLimit || !strings.Contains(res.Stderr, "killed at the memory limit") {
+				t.Errorf("memory bomb %d: status %s exit %d stderr %q, want %s", i+1, res.Status, res.ExitCode, res.Stderr, box.StatusMemoryLimit)
+			}
+			if res, err := exec("print(1)"); err != nil || res.Status != box.StatusOK || res.Stdout != "1\n" {
+				t.Fatalf("the call after memory bomb %d: %v %+v", i+1, err, res)
+			}
+		}
+		res, err := exec("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+		if err != nil || res.Status != box.StatusKilled {
+			t.Errorf("a SIGKILL after the OOMs: %v, status %s, want %s", err, res.Status, box.StatusKilled)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		requireNoContainers(t, e)
+	})
+}
+
 func TestBackendKilledFromOutside(t *testing.T) {
 	forRuntimes(t, func(t *testing.T, b *native.Backend, e *Engine, rt string) {
 		t.Run("run", func(t *testing.T) {

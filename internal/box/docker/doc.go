@@ -47,6 +47,21 @@
 //	exit, err := e.Wait(ctx, c.ID)     // exit.Code, exit.OOMKilled
 //	err = e.Remove(ctx, c.ID, true)
 //
+// # Out of memory, and a daemon that goes away
+//
+// A session call's status is memory_limit when the OOM killer took a process during
+// it. The daemon cannot tell that: its OOMKilled mark stays set once set (and
+// dockerd 20.10 sets it only at the container's exit). So the Runtime reads the
+// kernel's count, oom_kill in the container's memory cgroup, found through the
+// container's host pid when the daemon is local; a remote daemon leaves only the
+// mark, which tells a session's first OOM at best. Under runsc the OOM killer takes
+// gVisor's sandbox and with it the box: the session is lost, saying so.
+//
+// A container that the daemon kills (docker kill or stop, or dockerd's own shutdown,
+// which stops every container) ends its box with an error wrapping
+// native.ErrProcLost that says so; a daemon that dies makes Wait fail, naming the
+// daemon. Leftovers of a daemon that went away are swept by the next moat.
+//
 // # Leftovers
 //
 // Every container carries LabelBox and LabelOwner ("<pid>@<hostname>", plus the owner's

@@ -250,7 +250,7 @@ func (e *Engine) Wait(ctx context.Context, id string) (Exit, error) {
 	select {
 	case <-w.Result:
 	case err := <-w.Error:
-		return Exit{}, fmt.Errorf("wait for container %s: %w", short(id), err)
+		return Exit{}, e.lost(ctx, fmt.Errorf("wait for container %s: %w", short(id), err))
 	}
 	res, err := e.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
@@ -263,13 +263,49 @@ func (e *Engine) Wait(ctx context.Context, id string) (Exit, error) {
 	return Exit{Code: st.ExitCode, OOMKilled: st.OOMKilled, Error: st.Error}, nil
 }
 
-// OOMKilled reports whether the daemon has marked the container OOM-killed so far.
-func (e *Engine) OOMKilled(ctx context.Context, id string) (bool, error) {
+// lostPingTimeout bounds lost's ping.
+const lostPingTimeout = 2 * time.Second
+
+// lost says so in err when the daemon no longer answers a ping: a wait that broke
+// because dockerd died ends in a bare "unexpected EOF" otherwise. The error then
+// wraps ErrDaemonUnreachable. When ctx ended, the caller gave up: err is returned
+// as is.
+func (e *Engine) lost(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, lostPingTimeout)
+	defer cancel()
+	if _, perr := e.cli.Ping(pctx, client.PingOptions{}); perr != nil {
+		return fmt.Errorf("%w: the Docker daemon at %s stopped answering (%w)", err, e.cli.DaemonHost(), ErrDaemonUnreachable)
+	}
+	return err
+}
+
+// State is what the daemon says of a container while it may still run.
+type State struct {
+	// PID is the host pid of the container's first process, as the daemon's pid
+	// namespace sees it; 0 when it does not run. Only a daemon on this host, in our
+	// pid namespace, gives a pid that means anything here.
+	PID int
+	// OOMKilled is the daemon's mark that the OOM killer hit the container. It
+	// stays set. dockerd 20.10 sets it only when the container exits (it emits an
+	// "oom" event at once); dockerd 23 and later as soon as containerd reports the
+	// OOM.
+	OOMKilled bool
+}
+
+// State inspects a container.
+func (e *Engine) State(ctx context.Context, id string) (State, error) {
 	res, err := e.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
-		return false, fmt.Errorf("inspect container %s: %w", short(id), err)
+		return State{}, fmt.Errorf("inspect container %s: %w", short(id), err)
 	}
-	return res.Container.State != nil && res.Container.State.OOMKilled, nil
+	st := res.Container.State
+	if st == nil {
+		return State{}, nil
+	}
+	return State{PID: st.Pid, OOMKilled: st.OOMKilled}, nil
 }
 
 // Kill sends SIGKILL to the container's processes. A container that is no longer

@@ -3,10 +3,12 @@ package docker
 import (
 	"context"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/box/container"
+	"github.com/moat-sandbox/moat/internal/linux/cgroup"
 )
 
 // Runtime makes each box a container of Engine's daemon, from Image with
@@ -92,6 +94,11 @@ type boxContainer struct {
 	id       string
 	warnings []string
 	stream   *Stream
+
+	oomMu     sync.Mutex
+	oomLooked bool   // the counter was looked for (once the container ran)
+	oomFile   string // the container's OOM-kill counter, "" when not readable here
+	oomSeen   int64  // the highest count OOMKills returned
 }
 
 func (c *boxContainer) ID() string            { return short(c.id) }
@@ -117,14 +124,48 @@ func (c *boxContainer) Wait(ctx context.Context) (container.Exit, error) {
 func (c *boxContainer) Kill(ctx context.Context) error   { return c.e.Kill(ctx, c.id) }
 func (c *boxContainer) Remove(ctx context.Context) error { return c.e.Remove(ctx, c.id, true) }
 
-// OOMKills is 1 once the daemon marked the container OOM-killed: dockerd sets the
-// mark when containerd reports an OOM event, while the container runs (runc; gVisor
-// reports none). A failure to ask counts as none.
+// OOMKills counts the OOM kills in the container's memory cgroup, read from the
+// kernel's counter (oom_kill) like a native box's: it rises with every process the
+// OOM killer takes, so that each session call can tell its own. The cgroup is found
+// through the container's host pid, once; it must be this host's (a local daemon)
+// and its path must name the container.
+//
+// Otherwise it falls back to the daemon's OOMKilled mark, counted as 1: a mark
+// that stays set, so only the first OOM of a session can be told (later ones look
+// like a plain SIGKILL: status killed). And dockerd 20.10 (Debian bookworm's) sets
+// the mark only when the container exits, though it emits an "oom" event at once;
+// dockerd 23 and later set it at the event. A failure to ask counts as no OOM. The
+// count never goes down: once the container is gone, the last one read stands.
+//
+// Under runsc the host's OOM killer takes the sandbox (gVisor's kernel is charged
+// for the code's memory), so the whole box ends, marked OOMKilled.
 func (c *boxContainer) OOMKills() int64 {
+	c.oomMu.Lock()
+	defer c.oomMu.Unlock()
+	if c.oomFile != "" {
+		if v, err := cgroup.ReadOOMKills(c.oomFile); err == nil && v >= 0 {
+			c.oomSeen = max(c.oomSeen, v)
+			return c.oomSeen
+		}
+		c.oomFile = "" // the container is gone, and its cgroup with it
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), inspectTimeout)
 	defer cancel()
-	if oom, err := c.e.OOMKilled(ctx, c.id); err == nil && oom {
-		return 1
+	st, err := c.e.State(ctx, c.id)
+	if err != nil {
+		return c.oomSeen
 	}
-	return 0
+	if !c.oomLooked && st.PID > 0 {
+		c.oomLooked = true
+		if file, err := cgroup.OOMKillFile(st.PID, c.id); err == nil {
+			if v, err := cgroup.ReadOOMKills(file); err == nil && v >= 0 {
+				c.oomFile, c.oomSeen = file, max(c.oomSeen, v)
+				return c.oomSeen
+			}
+		}
+	}
+	if st.OOMKilled {
+		c.oomSeen = max(c.oomSeen, 1)
+	}
+	return c.oomSeen
 }

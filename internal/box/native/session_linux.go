@@ -71,6 +71,7 @@ func (b *Backend) StartSession(ctx context.Context, spec *box.SessionSpec) (box.
 		exitedc: make(chan agentMsg, 4),
 		done:    make(chan struct{}),
 		dead:    make(chan struct{}),
+		ended:   make(chan struct{}),
 		wakeR:   -1, wakeW: -1,
 	}
 	if err := s.begin(ctx); err != nil {
@@ -110,6 +111,7 @@ type session struct {
 	gone    error
 	dead    chan struct{} // closed when gone is set
 	done    chan struct{} // closed once the box is released
+	ended   chan struct{} // closed once the Proc's Wait returned (await)
 }
 
 // reply is one frame from init: a message or a data chunk.
@@ -514,6 +516,10 @@ func (s *session) stats() usage {
 	return usage{cpu: u.CPU, peak: u.PeakMemoryBytes, oomKills: u.OOMKills}
 }
 
+// boxEndGrace is how long readSocket, once init's socket broke, waits for the Proc
+// to report the box's end.
+const boxEndGrace = time.Second
+
 // readSocket reads init's frames for the session's life: answers go to the waiting
 // operation, "exited" marks the interpreter dead. Anything unexpected ends the box.
 func (s *session) readSocket() {
@@ -521,6 +527,14 @@ func (s *session) readSocket() {
 		var m agentMsg
 		data, isChunk, err := readAny(s.bp.sock, maxAgentFrame, &m)
 		if err != nil {
+			// The socket breaks when the box ends. Let await tell first how it
+			// ended: the Starter's account (a container killed from outside, or
+			// lost with its daemon) says more than an EOF here. A no-op destroy
+			// when await was first.
+			select {
+			case <-s.ended:
+			case <-time.After(boxEndGrace):
+			}
 			s.destroy(fmt.Errorf("%w: the box's init stopped answering (%v)", box.ErrSessionLost, err))
 			return
 		}
@@ -797,6 +811,7 @@ func (s *session) destroy(why error) {
 func (s *session) await() {
 	err := s.bp.proc.Wait()
 	s.destroy(fmt.Errorf("%w: the box ended (%v)", box.ErrSessionLost, err))
+	close(s.ended)
 	s.mu.Lock()
 	s.bp.release(s.b.log(), newPhaseTrace(time.Now()))
 	s.stateMu.Lock()
