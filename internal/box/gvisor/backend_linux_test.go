@@ -58,9 +58,10 @@ func newTestBackend(t *testing.T) *Backend {
 // SIGKILL to its Sentry.
 func harness(t *testing.T, b *Backend) *contracttest.Harness {
 	return &contracttest.Harness{
-		Backend:   b.Backend,
-		Name:      "gvisor",
-		Isolation: []string{"gvisor", "gvisor_kernel", "platform_ptrace", "network_none", "cgroup_memory", "cgroup_pids"},
+		Backend:      b.Backend,
+		Name:         "gvisor",
+		Isolation:    []string{"gvisor", "gvisor_kernel", "platform_ptrace", "network_none", "cgroup_memory", "cgroup_pids"},
+		GVisorKernel: true,
 		Boxes: func(t *testing.T) []string {
 			entries, err := os.ReadDir(b.runtime.bundlesDir())
 			if err != nil {

@@ -33,6 +33,9 @@ type Harness struct {
 	Boxes func(t *testing.T) []string
 	// Kill kills a box from outside moat (docker kill, a SIGKILL to its processes).
 	Kill func(t *testing.T, id string)
+	// GVisorKernel is set when the boxes run on gVisor's kernel, where an OOM kill
+	// takes the whole sandbox.
+	GVisorKernel bool
 }
 
 // All runs every test of the contract.
@@ -42,7 +45,7 @@ func All(t *testing.T, h *Harness) {
 		f    func(*testing.T, *Harness)
 	}{
 		{"Run", Run}, {"FilesAndReport", FilesAndReport}, {"Limits", Limits}, {"Session", Session},
-		{"KilledFromOutside", KilledFromOutside}, {"WorkspaceFull", WorkspaceFull},
+		{"SessionMemoryLimit", SessionMemoryLimit}, {"KilledFromOutside", KilledFromOutside}, {"WorkspaceFull", WorkspaceFull},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, h) })
 	}
@@ -422,4 +425,73 @@ func WorkspaceFull(t *testing.T, h *Harness) {
 		}
 		h.requireNoBoxes(t)
 	})
+}
+
+// SessionMemoryLimit runs session calls past the session's memory limit.
+//
+// The host's kernel (docker on runc): the OOM killer takes the interpreter, the call's status is memory_limit and
+// the session lives on with a fresh interpreter. Each OOM is told: the count comes
+// from the container's cgroup (oom_kill), which rises with every kill, not from the
+// daemon's OOMKilled mark, which stays set (and which dockerd 20.10 sets only when
+// the container exits). A SIGKILL that is not the OOM killer's stays killed.
+//
+// gVisor's kernel (docker on runsc, gvisor): the host's OOM killer takes gVisor's sandbox, which is charged for the
+// code's memory, and with it the whole box: the call fails with ErrSessionLost,
+// saying the container was killed at its memory limit. gVisor kills no process of
+// its own at the limit, so no call can tell memory_limit and live on.
+func SessionMemoryLimit(t *testing.T, h *Harness) {
+	const memory = 96 << 20
+	bomb := "b = []\nwhile True:\n    b.append(bytearray(8 << 20))"
+	b := h.Backend
+	ctx := context.Background()
+	spec := PythonSession()
+	spec.Limits = box.Limits{Memory: memory}
+	// Policy off: the code may SIGKILL its own interpreter.
+	pol := python.DefaultPolicy()
+	pol.Mode = python.ModeOff
+	spec.Support = python.Support(pol, nil)
+	s, err := b.StartSession(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	exec := func(code string) (*box.Result, error) {
+		return s.Exec(ctx, &box.Call{Code: []byte(code), Timeout: time.Minute})
+	}
+	if res, err := exec("x = 41"); err != nil || res.Status != box.StatusOK {
+		t.Fatalf("x = 41: %v %+v", err, res)
+	}
+	if h.GVisorKernel {
+		res, err := exec(bomb)
+		if !errors.Is(err, box.ErrSessionLost) || !strings.Contains(err.Error(), "memory limit") {
+			t.Fatalf("a memory bomb under runsc: %v %+v, want ErrSessionLost at the memory limit", err, res)
+		}
+		select {
+		case <-s.Done():
+		case <-time.After(15 * time.Second):
+			t.Fatal("the session outlived its box by 15s")
+		}
+		h.requireNoBoxes(t)
+		return
+	}
+	for i := range 2 {
+		res, err := exec(bomb)
+		if err != nil {
+			t.Fatalf("memory bomb %d: %v", i+1, err)
+		}
+		if res.Status != box.StatusMemoryLimit || !strings.Contains(res.Stderr, "killed at the memory limit") {
+			t.Errorf("memory bomb %d: status %s exit %d stderr %q, want %s", i+1, res.Status, res.ExitCode, res.Stderr, box.StatusMemoryLimit)
+		}
+		if res, err := exec("print(1)"); err != nil || res.Status != box.StatusOK || res.Stdout != "1\n" {
+			t.Fatalf("the call after memory bomb %d: %v %+v", i+1, err, res)
+		}
+	}
+	res, err := exec("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+	if err != nil || res.Status != box.StatusKilled {
+		t.Errorf("a SIGKILL after the OOMs: %v, status %s, want %s", err, res.Status, box.StatusKilled)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h.requireNoBoxes(t)
 }
