@@ -15,7 +15,7 @@ import (
 // and the runtime, and its error says which one is missing and how to get it. The
 // returned func closes the backend's connection to the daemon.
 func newDockerBackend(ctx context.Context, rb config.ResolvedBackend, log *slog.Logger) (box.Backend, func(), error) {
-	b, err := docker.NewBackend(ctx, docker.Options{Host: rb.Host, Image: rb.Image, Runtime: rb.Runtime, Log: log})
+	b, err := docker.NewBackend(ctx, docker.Options{Host: rb.Host, Image: rb.Image, Images: rb.Images, Runtime: rb.Runtime, Log: log})
 	if err != nil {
 		return nil, nil, err
 	}

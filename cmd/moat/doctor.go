@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -128,23 +129,34 @@ func backendChecks(checks []native.Check, cfg *config.Config) []native.Check {
 	}
 	dockerB, _ := cfg.ResolveBackend(config.BackendDocker)
 	gvisorB, _ := cfg.ResolveBackend(config.BackendGVisor)
-	out = append(out, dockerCheck(dockerB.Host, dockerB.Image))
+	out = append(out, dockerCheck(dockerB))
 	return append(out, gvisorCheck(gvisorB))
 }
 
-// dockerCheck reports whether the docker backend can make boxes: the daemon at host,
-// its version and runtimes, and the image.
-func dockerCheck(host, image string) native.Check {
+// dockerCheck reports whether the docker backend d can make boxes: its daemon, the
+// daemon's version and runtimes, and the images.
+func dockerCheck(d config.ResolvedBackend) native.Check {
 	ctx, cancel := context.WithTimeout(context.Background(), doctorTimeout)
 	defer cancel()
-	e, err := docker.Connect(ctx, host)
+	e, err := docker.Connect(ctx, d.Host)
 	if err != nil {
 		return native.Check{Name: "backend docker", OK: false, Detail: err.Error()}
 	}
 	defer e.Close()
 	version, verr := e.Version(ctx)
 	runtimes, rerr := e.Runtimes(ctx)
-	ierr := e.ImageExists(ctx, image)
+	images := []string{d.Image}
+	for _, lang := range slices.Sorted(maps.Keys(d.Images)) {
+		images = append(images, d.Images[lang])
+	}
+	slices.Sort(images)
+	images = slices.Compact(images)
+	var ierr error
+	for _, img := range images {
+		if ierr = e.ImageExists(ctx, img); ierr != nil {
+			break
+		}
+	}
 	detail := fmt.Sprintf("engine %s at %s, API %s", version, e.Host(), e.APIVersion())
 	switch {
 	case verr != nil:
@@ -160,7 +172,7 @@ func dockerCheck(host, image string) native.Check {
 	if ierr != nil {
 		detail += "; " + ierr.Error()
 	} else {
-		detail += "; image " + image
+		detail += "; image " + strings.Join(images, ", ")
 	}
 	return native.Check{Name: "backend docker", OK: verr == nil && ierr == nil, Detail: detail}
 }

@@ -2,11 +2,14 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/moat-sandbox/moat/internal/box"
 )
 
 // Backends (Backend.Name): what makes boxes.
@@ -64,8 +67,11 @@ type DockerBackend struct {
 	// means $DOCKER_HOST, else unix:///var/run/docker.sock.
 	Host string `yaml:"host"`
 	// Image is the image every box runs in, for Python and bash alike: it needs
-	// python3 on PATH (or /usr/bin/python3) and bash. DefaultDockerImage when empty.
+	// /usr/bin/python3 and /bin/bash. DefaultDockerImage when empty.
 	Image string `yaml:"image"`
+	// Images, by language (python, bash), replace Image for that language's boxes:
+	// a Python image needs /usr/bin/python3, a bash one /bin/bash.
+	Images map[string]string `yaml:"images"`
 	// Runtime is the daemon's OCI runtime: runc (the daemon's default, also when
 	// empty) or runsc (gVisor, registered with the daemon).
 	Runtime string `yaml:"runtime"`
@@ -87,9 +93,11 @@ type GVisorBackend struct {
 type ResolvedBackend struct {
 	// Name is BackendNative, BackendDocker or BackendGVisor.
 	Name string
-	// Host, Image and Runtime configure a docker backend: Image is never empty,
-	// Runtime is "" (the daemon's default) or "runsc".
+	// Host, Image, Images and Runtime configure a docker backend: Image is never
+	// empty, Images (by language) may be, Runtime is "" (the daemon's default) or
+	// "runsc".
 	Host, Image, Runtime string
+	Images               map[string]string
 	// Runsc, Platform and Rootfs configure a gvisor backend: Platform is never
 	// empty; Runsc and Rootfs may be (look runsc up; the host's trees).
 	Runsc, Platform, Rootfs string
@@ -139,6 +147,9 @@ func (c *Config) resolveBackend(name string) ResolvedBackend {
 	}
 	d := c.Backend.Docker
 	r.Host, r.Image, r.Runtime = d.Host, d.Image, d.Runtime
+	if len(d.Images) > 0 {
+		r.Images = maps.Clone(d.Images)
+	}
 	if r.Image == "" {
 		r.Image = DefaultDockerImage
 	}
@@ -171,7 +182,11 @@ func (r ResolvedBackend) String() string {
 	if host == "" {
 		host = "$DOCKER_HOST or the default socket"
 	}
-	return fmt.Sprintf("%s (image %s, runtime %s, daemon %s)", r.Name, r.Image, rt, host)
+	image := r.Image
+	for _, lang := range slices.Sorted(maps.Keys(r.Images)) {
+		image += ", " + lang + " " + r.Images[lang]
+	}
+	return fmt.Sprintf("%s (image %s, runtime %s, daemon %s)", r.Name, image, rt, host)
 }
 
 // checkBackend checks c.Backend.
@@ -190,6 +205,15 @@ func (c *Config) checkBackend(ps *problems) {
 	if d.Image != "" {
 		if !imageRE.MatchString(d.Image) {
 			ps.add("backend.docker.image", "invalid image reference %q (e.g. python:3.12-slim)", d.Image)
+		}
+	}
+	for _, lang := range slices.Sorted(maps.Keys(d.Images)) {
+		img := d.Images[lang]
+		switch {
+		case box.Languages[lang].Name == "":
+			ps.add("backend.docker.images."+lang, "unknown language %q (want %s)", lang, orList(slices.Sorted(maps.Keys(box.Languages))))
+		case !imageRE.MatchString(img):
+			ps.add("backend.docker.images."+lang, "invalid image reference %q (e.g. python:3.12-slim)", img)
 		}
 	}
 	if d.Host != "" {

@@ -23,7 +23,9 @@ func TestBackendErrors(t *testing.T) {
 		{"fallback to itself", "backend:\n  name: docker\n  fallback: [native, docker]\n", `m.yaml:3: backend.fallback[1]: docker is backend.name itself`},
 		{"fallback to native by default", "backend:\n  fallback: [native]\n", `m.yaml:2: backend.fallback[0]: native is backend.name itself`},
 		{"fallback twice", "backend:\n  name: gvisor\n  fallback: [docker, docker]\n", `m.yaml:3: backend.fallback[1]: docker is listed twice`},
-		{"unknown key", "backend:\n  docker:\n    images: {python: x}\n", `m.yaml:3: backend.docker.images: unknown key (want host, image or runtime)`},
+		{"unknown key", "backend:\n  docker:\n    imagez: {python: x}\n", `m.yaml:3: backend.docker.imagez: unknown key (want host, image, images or runtime)`},
+		{"image of an unknown language", "backend:\n  docker:\n    images: {ruby: 'ruby:3'}\n", `m.yaml:3: backend.docker.images.ruby: unknown language "ruby" (want bash or python)`},
+		{"bad image of a language", "backend:\n  docker:\n    images: {bash: 'a b'}\n", `m.yaml:3: backend.docker.images.bash: invalid image reference "a b"`},
 	}
 	checkParseErrors(t, tests)
 }
@@ -39,6 +41,8 @@ func TestResolveBackend(t *testing.T) {
 		{"docker by flag", "", "docker", ResolvedBackend{Name: BackendDocker, Image: DefaultDockerImage}},
 		{"docker settings", "backend:\n  name: docker\n  docker: {host: 'tcp://10.0.0.2:2375', image: 'python:3.12-slim', runtime: runc}\n", "",
 			ResolvedBackend{Name: BackendDocker, Host: "tcp://10.0.0.2:2375", Image: "python:3.12-slim"}},
+		{"docker images by language", "backend:\n  name: docker\n  docker: {images: {python: 'python:3.12-slim'}}\n", "",
+			ResolvedBackend{Name: BackendDocker, Image: DefaultDockerImage, Images: map[string]string{"python": "python:3.12-slim"}}},
 		{"docker on runsc", "backend:\n  name: docker\n  docker: {runtime: runsc}\n", "",
 			ResolvedBackend{Name: BackendDocker, Image: DefaultDockerImage, Runtime: RuntimeRunsc}},
 		{"gvisor", "backend:\n  name: gvisor\n  gvisor: {runsc: /opt/runsc, platform: kvm, rootfs: /srv/root}\n  docker: {image: 'python:3.12-slim'}\n", "",
@@ -94,11 +98,12 @@ func TestBackendWarnings(t *testing.T) {
 
 func TestResolvedBackendString(t *testing.T) {
 	for r, want := range map[*ResolvedBackend]string{
-		{Name: BackendNative}:                                                         "native",
-		{Name: BackendGVisor, Platform: "ptrace"}:                                     "gvisor (runsc from PATH, platform ptrace, root the host's runtime trees)",
-		{Name: BackendGVisor, Runsc: "/r", Platform: "kvm", Rootfs: "/srv"}:           "gvisor (runsc /r, platform kvm, root /srv)",
-		{Name: BackendDocker, Image: "img", Host: "unix:///run/d.sock"}:               "docker (image img, runtime the daemon's default, daemon unix:///run/d.sock)",
-		{Name: BackendDocker, Image: "img", Runtime: RuntimeRunsc, Host: "tcp://h:1"}: "docker (image img, runtime runsc, daemon tcp://h:1)",
+		{Name: BackendNative}:                                                                        "native",
+		{Name: BackendGVisor, Platform: "ptrace"}:                                                    "gvisor (runsc from PATH, platform ptrace, root the host's runtime trees)",
+		{Name: BackendGVisor, Runsc: "/r", Platform: "kvm", Rootfs: "/srv"}:                          "gvisor (runsc /r, platform kvm, root /srv)",
+		{Name: BackendDocker, Image: "img", Host: "unix:///run/d.sock"}:                              "docker (image img, runtime the daemon's default, daemon unix:///run/d.sock)",
+		{Name: BackendDocker, Image: "img", Images: map[string]string{"python": "py", "bash": "sh"}}: "docker (image img, bash sh, python py, runtime the daemon's default, daemon $DOCKER_HOST or the default socket)",
+		{Name: BackendDocker, Image: "img", Runtime: RuntimeRunsc, Host: "tcp://h:1"}:                "docker (image img, runtime runsc, daemon tcp://h:1)",
 	} {
 		if got := r.String(); got != want {
 			t.Errorf("String() = %q, want %q", got, want)

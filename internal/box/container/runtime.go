@@ -44,12 +44,12 @@ const AgentTasks = 32
 type Runtime interface {
 	// Name names the backend in errors: "docker", "gvisor".
 	Name() string
-	// Start makes and starts one box container bounded by lim (zero fields are
-	// box.DefaultLimits): its PID 1 is the agent, [AgentPath, MuxRole], as BoxUID,
+	// Start makes and starts one box container for code in lang (a key of
+	// box.Languages) bounded by lim (zero fields are box.DefaultLimits): its PID 1 is the agent, [AgentPath, MuxRole], as BoxUID,
 	// with its stdin, stdout and stderr connected to the returned Container before
 	// the agent runs. It has no network, a read-only root, and tmpfs TmpDir,
 	// box.WorkspaceDir and MoatDir. On error nothing is left behind.
-	Start(ctx context.Context, lim box.Limits) (Container, error)
+	Start(ctx context.Context, lang string, lim box.Limits) (Container, error)
 	// Isolation lists the layers its boxes have, for the result's isolation (the
 	// caller adds Landlock).
 	Isolation() []string

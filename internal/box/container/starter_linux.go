@@ -81,7 +81,7 @@ func (s *Starter) Start(req *native.StartRequest) (_ native.Proc, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	c, err := s.Runtime.Start(ctx, req.Limits)
+	c, err := s.Runtime.Start(ctx, req.Language, req.Limits)
 	if err != nil {
 		return nil, err
 	}

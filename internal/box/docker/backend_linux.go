@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 
+	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/box/container"
 	"github.com/moat-sandbox/moat/internal/box/native"
 )
@@ -20,6 +22,8 @@ type Options struct {
 	// Image is the image boxes are made from, e.g. "moat-test-python:bookworm"
 	// (scripts/backends builds it). Required.
 	Image string
+	// Images, by language (python, bash), replace Image for that language's boxes.
+	Images map[string]string
 	// Runtime is the daemon's OCI runtime: "" for its default (runc), "runsc" for
 	// gVisor.
 	Runtime string
@@ -27,7 +31,7 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// NewBackend connects to the daemon, checks that it has the image and the runtime,
+// NewBackend connects to the daemon, checks that it has the images and the runtime,
 // and returns a backend whose boxes are containers: the native backend's init, with
 // its sessions, files and result contract, started by a Starter. The backend is
 // named "docker", whatever its runtime. It uses this binary as the box's
@@ -45,8 +49,20 @@ func NewBackend(ctx context.Context, o Options) (*native.Backend, error) {
 		e.Close()
 		return nil, err
 	}
-	if err := e.ImageExists(ctx, o.Image); err != nil {
-		return fail(fmt.Errorf("docker backend: %w", err))
+	rt := &Runtime{Engine: e, Image: o.Image, Images: o.Images, OCIRuntime: o.Runtime}
+	checked := map[string]bool{}
+	for _, lang := range slices.Sorted(maps.Keys(box.Languages)) {
+		img := rt.ImageFor(lang)
+		if checked[img] {
+			continue
+		}
+		checked[img] = true
+		if err := e.ImageExists(ctx, img); err != nil {
+			if o.Images[lang] != "" {
+				return fail(fmt.Errorf("docker backend: %s's image: %w", lang, err))
+			}
+			return fail(fmt.Errorf("docker backend: %w", err))
+		}
 	}
 	if o.Runtime != "" {
 		rts, err := e.Runtimes(ctx)
@@ -64,7 +80,7 @@ func NewBackend(ctx context.Context, o Options) (*native.Backend, error) {
 	if p, err := filepath.EvalSymlinks(agent); err == nil {
 		agent = p
 	}
-	rt := &Runtime{Engine: e, Image: o.Image, OCIRuntime: o.Runtime, AgentPath: agent}
+	rt.AgentPath = agent
 	return &native.Backend{
 		Starter: &container.Starter{Runtime: rt, Log: o.Log},
 		Label:   "docker",

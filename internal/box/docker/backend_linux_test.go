@@ -12,6 +12,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/box/container/contracttest"
 	"github.com/moat-sandbox/moat/internal/box/native"
 	"github.com/moat-sandbox/moat/internal/childproc"
@@ -107,8 +108,52 @@ func TestNewBackendErrors(t *testing.T) {
 	if !errors.Is(err, ErrImageNotFound) || !strings.Contains(err.Error(), "moat-test-missing:never") || !strings.Contains(err.Error(), "scripts/backends") {
 		t.Errorf("missing image: %v", err)
 	}
+	_, err = NewBackend(ctx, Options{Image: TestImage, Images: map[string]string{"bash": "moat-test-missing:bash"}})
+	if !errors.Is(err, ErrImageNotFound) || !strings.Contains(err.Error(), "bash's image") || !strings.Contains(err.Error(), "moat-test-missing:bash") {
+		t.Errorf("missing image of a language: %v", err)
+	}
 	_, err = NewBackend(ctx, Options{Image: TestImage, Runtime: "moat-no-such-runtime"})
 	if err == nil || !strings.Contains(err.Error(), "runtime moat-no-such-runtime is not registered with dockerd") || !strings.Contains(err.Error(), "see scripts/backends") {
 		t.Errorf("unknown runtime: %v", err)
+	}
+}
+
+// TestImagesByLanguage: a language's image replaces the default for that language's
+// boxes only. The test tags the test image under a second name for bash.
+func TestImagesByLanguage(t *testing.T) {
+	e := requireEngine(t)
+	ctx := context.Background()
+	const bashImage = "moat-test-bash:images-by-language"
+	if _, err := e.cli.ImageTag(ctx, client.ImageTagOptions{Source: TestImage, Target: bashImage}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = e.cli.ImageRemove(context.Background(), bashImage, client.ImageRemoveOptions{}) })
+	b, err := NewBackend(ctx, Options{Image: TestImage, Images: map[string]string{"bash": bashImage}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Starter.(io.Closer).Close()
+	for lang, want := range map[string]string{"bash": bashImage, "python": TestImage} {
+		code := map[string]string{"bash": "echo up; sleep 30", "python": "import time; print('up', flush=True); time.sleep(30)"}[lang]
+		done := make(chan error, 1)
+		runCtx, cancel := context.WithCancel(ctx)
+		go func() {
+			_, err := b.Run(runCtx, &box.Spec{Language: lang, Code: []byte(code), Limits: box.Limits{Timeout: time.Minute}})
+			done <- err
+		}()
+		var image string
+		for deadline := time.Now().Add(30 * time.Second); image == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			for _, id := range ownContainers(t, e) {
+				res, err := e.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+				if err == nil && res.Container.Config != nil {
+					image = res.Container.Config.Image
+				}
+			}
+		}
+		cancel()
+		<-done
+		if image != want {
+			t.Errorf("a %s box ran image %q, want %q", lang, image, want)
+		}
 	}
 }

@@ -15,8 +15,10 @@ import (
 // HardenedConfig. It implements container.Runtime.
 type Runtime struct {
 	Engine *Engine
-	// Image holds the interpreters, e.g. "moat-test-python:bookworm".
-	Image string
+	// Image holds the interpreters, e.g. "moat-test-python:bookworm"; Images, by
+	// language, replace it for that language's boxes.
+	Image  string
+	Images map[string]string
 	// OCIRuntime is the daemon's OCI runtime; "" is its default (runc), "runsc" gVisor.
 	OCIRuntime string
 	// AgentPath is the host path of the moat binary (os.Executable, symlinks
@@ -33,9 +35,9 @@ func (r *Runtime) Close() error { return r.Engine.Close() }
 
 // Start implements container.Runtime: create, attach (before start, so that no
 // output is missed), start. A container that fails part way is removed.
-func (r *Runtime) Start(ctx context.Context, lim box.Limits) (container.Container, error) {
+func (r *Runtime) Start(ctx context.Context, lang string, lim box.Limits) (container.Container, error) {
 	c, err := r.Engine.Create(ctx, ContainerParams{
-		Image:         r.Image,
+		Image:         r.ImageFor(lang),
 		Runtime:       r.OCIRuntime,
 		Limits:        lim,
 		AgentHostPath: r.AgentPath,
@@ -70,6 +72,14 @@ const (
 	removeTimeout  = 30 * time.Second
 	inspectTimeout = 5 * time.Second
 )
+
+// ImageFor returns the image of lang's boxes: Images[lang], else Image.
+func (r *Runtime) ImageFor(lang string) string {
+	if img := r.Images[lang]; img != "" {
+		return img
+	}
+	return r.Image
+}
 
 // Isolation implements container.Runtime.
 func (r *Runtime) Isolation() []string {

@@ -102,7 +102,7 @@ func (r *Runtime) globalArgs(logFile string) []string {
 
 // Start implements container.Runtime: write the bundle, make the cgroup, start the
 // launcher in it, and let it execute runsc run. A failure removes all of it.
-func (r *Runtime) Start(ctx context.Context, lim box.Limits) (_ container.Container, err error) {
+func (r *Runtime) Start(ctx context.Context, _ string, lim box.Limits) (_ container.Container, err error) {
 	lim = lim.WithDefaults()
 	id := native.BoxName()
 	s := &sandbox{r: r, id: id, dir: filepath.Join(r.bundlesDir(), id), exited: make(chan struct{})}

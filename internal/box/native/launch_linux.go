@@ -13,10 +13,13 @@ import (
 // and session fields; launch fills in the rest), the limits, the files to copy in, and
 // which extra channels the code gets.
 type launchSpec struct {
-	init   initSpec
-	limits box.Limits // with defaults applied
-	files  []box.File
-	report bool // a report pipe: the code's fd 3
+	// language is the box's language (box.Languages), for Starters whose boxes
+	// differ by language (a docker image per language).
+	language string
+	init     initSpec
+	limits   box.Limits // with defaults applied
+	files    []box.File
+	report   bool // a report pipe: the code's fd 3
 	// request makes a request pipe for a session's interpreter: the parent writes,
 	// the interpreter reads it as fd 4 (or as stdin, init.RequestOnStdin).
 	request bool
@@ -136,7 +139,7 @@ func (b *Backend) launch(ls launchSpec, tr *phaseTrace) (_ *boxProc, err error) 
 	bp.is = &is
 	tr.mark("prepare")
 
-	proc, err := st.Start(&StartRequest{FDs: fds, Stdout: stdoutW, Stderr: stderrW, Limits: lim})
+	proc, err := st.Start(&StartRequest{FDs: fds, Stdout: stdoutW, Stderr: stderrW, Limits: lim, Language: ls.language})
 	if err != nil {
 		if egressSock != nil {
 			egressSock.Close()

@@ -87,6 +87,7 @@ func (b *Backend) Run(ctx context.Context, spec *box.Spec) (*box.Result, error) 
 	tr := newPhaseTrace(start)
 	defer func() { tr.report(b.log()) }()
 	bp, err := b.launch(launchSpec{
+		language: lang.Name,
 		init: initSpec{
 			Support:  spec.Support,
 			Argv:     argv,

@@ -47,6 +47,7 @@ func (b *Backend) StartSession(ctx context.Context, spec *box.SessionSpec) (box.
 	lim := spec.Limits.WithDefaults()
 	tr := newPhaseTrace(time.Now())
 	bp, err := b.launch(launchSpec{
+		language: lang.Name,
 		init: initSpec{
 			Support: spec.Support,
 			Argv:    argv,

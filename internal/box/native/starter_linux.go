@@ -50,6 +50,8 @@ type StartRequest struct {
 	Stdout, Stderr *os.File
 	// Limits bound the box; the Starter enforces memory, CPU and processes.
 	Limits box.Limits
+	// Language is the box's language (a key of box.Languages).
+	Language string
 }
 
 // A Starter starts a box's init. Start returns once init runs; init then waits for
