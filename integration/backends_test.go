@@ -36,14 +36,17 @@ type containerBackend struct {
 	runtime string
 	// isolation lists what a result's isolation must then list.
 	isolation []string
+	// user is the name of uid 65534 in its boxes' /etc/passwd: the image's
+	// ("nobody"), or moat's own ("sandbox", as in a native box).
+	user string
 }
 
 // containerBackends are the backends whose boxes are containers: docker under runc
 // and runsc, and gvisor (runsc directly).
 var containerBackends = []containerBackend{
-	{"docker", config.BackendDocker, config.BackendDocker, "", []string{"docker", "runtime_runc"}},
-	{"docker-runsc", config.BackendDocker, config.BackendGVisor, config.RuntimeRunsc, []string{"docker", "runtime_runsc", "gvisor_kernel"}},
-	{"gvisor", config.BackendGVisor, config.BackendGVisor, "", []string{"gvisor", "gvisor_kernel", "platform_ptrace"}},
+	{"docker", config.BackendDocker, config.BackendDocker, "", []string{"docker", "runtime_runc"}, "nobody"},
+	{"docker-runsc", config.BackendDocker, config.BackendGVisor, config.RuntimeRunsc, []string{"docker", "runtime_runsc", "gvisor_kernel"}, "nobody"},
+	{"gvisor", config.BackendGVisor, config.BackendGVisor, "", []string{"gvisor", "gvisor_kernel", "platform_ptrace"}, "sandbox"},
 }
 
 // backendByID returns the container backend id.
@@ -210,9 +213,9 @@ func TestBackendsRun(t *testing.T) {
 				{"python", "python", "print(1)\n", "1\n"},
 				{"bash", "bash", "echo hi from $0; id -u\n", "65534\n"},
 				// Everyday tools work in the image: ls and stat (statx) included.
-				{"ls", "bash", "ls / >/dev/null && stat -c %U /workspace\n", "nobody\n"},
+				{"ls", "bash", "ls / >/dev/null && stat -c %U /workspace\n", b.user + "\n"},
 				// The same question without statx.
-				{"stat", "python", "import os, pwd\nprint(pwd.getpwuid(os.stat('/workspace').st_uid).pw_name)\n", "nobody\n"},
+				{"stat", "python", "import os, pwd\nprint(pwd.getpwuid(os.stat('/workspace').st_uid).pw_name)\n", b.user + "\n"},
 			} {
 				if b.family == config.BackendGVisor && c.name == "ls" {
 					// Debian's runsc (20221219) answers bookworm's coreutils' statx with

@@ -53,6 +53,11 @@ type Runtime interface {
 	// Isolation lists the layers its boxes have, for the result's isolation (the
 	// caller adds Landlock).
 	Isolation() []string
+	// AgentKillable reports whether the code can SIGKILL the agent, its box's PID 1.
+	// The host's kernel drops a SIGKILL sent to a pid namespace's init from inside
+	// it; gVisor's kernel delivers it. Where it cannot, an agent that died of
+	// SIGKILL was killed from outside the box.
+	AgentKillable() bool
 }
 
 // Container is one running box container, seen from the host.

@@ -336,9 +336,10 @@ func (p *proc) supervise() {
 		p.waitErr = fmt.Errorf("%s backend: %w: lost the box's container: %w", p.s.Runtime.Name(), native.ErrProcLost, r.err)
 	case recvErr != nil && !errors.Is(recvErr, io.ErrClosedPipe):
 		p.waitErr = fmt.Errorf("%s backend: %w: the box's stream broke: %w", p.s.Runtime.Name(), native.ErrProcLost, recvErr)
-	case r.exit.Code == exitKilled && !r.exit.OOMKilled && !agentEnded && !p.stopped.Load():
+	case r.exit.Code == exitKilled && !r.exit.OOMKilled && !agentEnded && !p.stopped.Load() && !p.s.Runtime.AgentKillable():
 		// The agent is the container's PID 1: nothing inside the container can
-		// SIGKILL it (the kernel drops the signal), and when the code kills init
+		// SIGKILL it (the host's kernel drops the signal; gVisor's does not, see
+		// Runtime.AgentKillable), and when the code kills init
 		// the agent still ends every channel before it exits. A SIGKILLed agent
 		// with channels still open, not OOM-killed and not killed by moat, was
 		// killed from outside: `docker kill` or `docker stop`, or a daemon that

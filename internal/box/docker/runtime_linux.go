@@ -98,6 +98,10 @@ func (r *Runtime) Isolation() []string {
 	)
 }
 
+// AgentKillable implements container.Runtime: under runsc (gVisor's kernel) the
+// code can SIGKILL the agent.
+func (r *Runtime) AgentKillable() bool { return r.OCIRuntime == RuntimeGVisor }
+
 // boxContainer is one box's container on the daemon.
 type boxContainer struct {
 	e        *Engine

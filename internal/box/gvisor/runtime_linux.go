@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -23,16 +24,20 @@ import (
 )
 
 // LaunchRole is argv[1] of the launcher: moat, started in the sandbox's cgroup-to-be,
-// waits until moat has moved it there, then executes runsc. On cgroup v1 a process can
-// only be moved after it started; the launcher makes sure runsc and everything it
-// starts (the Sentry, the gofer) begin inside the cgroup.
+// waits until moat has moved it there, then runs runsc and reaps it and everything
+// it leaves. On cgroup v1 a process can only be moved after it started; the launcher
+// makes sure runsc and everything it starts (the Sentry, the gofer, the ptrace stubs)
+// begin inside the cgroup. It is their subreaper: the stubs outlive the Sentry by a
+// moment, and without it they would end as zombies of the host's init, reaped when
+// init gets to it (some inits are slow to).
 const LaunchRole = "__moat-runsc"
 
 func init() { childproc.Add(LaunchRole, launch) }
 
 // launch is the launcher: argv is [moat-runsc, LaunchRole, RUNSC, ARGS...], fd 3 the
 // read end of a pipe on which moat writes one byte once the launcher is in the cgroup
-// (and closes without one to abort).
+// (and closes without one to abort). It exits with runsc's status (128+N for signal
+// N) once runsc and every orphan it adopted are reaped.
 func launch() int {
 	goFile := os.NewFile(3, "go")
 	var b [1]byte
@@ -42,9 +47,40 @@ func launch() int {
 		fmt.Fprintln(os.Stderr, "moat-runsc: aborted before runsc started")
 		return 125
 	}
-	err := unix.Exec(os.Args[2], os.Args[2:], os.Environ())
-	fmt.Fprintf(os.Stderr, "moat-runsc: exec %s: %v\n", os.Args[2], err)
-	return 125
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "moat-runsc: prctl(PR_SET_CHILD_SUBREAPER): %v\n", err)
+		return 125
+	}
+	// Signals are moat's to send (SIGKILL); the launcher outlives runsc's children.
+	signal.Ignore(unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGPIPE)
+	p, err := os.StartProcess(os.Args[2], os.Args[2:], &os.ProcAttr{
+		Env:   os.Environ(),
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}, // runsc dies with the launcher
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "moat-runsc: start %s: %v\n", os.Args[2], err)
+		return 125
+	}
+	runsc := p.Pid
+	_ = p.Release() // reaped below, with the orphans
+	status := 125
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil { // ECHILD: runsc and every adopted orphan are gone
+			return status
+		}
+		if pid == runsc {
+			status = ws.ExitStatus()
+			if ws.Signaled() {
+				status = 128 + int(ws.Signal())
+			}
+		}
+	}
 }
 
 // Bounds of the runtime's own work.
@@ -130,6 +166,10 @@ func (r *Runtime) Start(ctx context.Context, _ string, lim box.Limits) (_ contai
 	}
 	return s, nil
 }
+
+// AgentKillable implements container.Runtime: gVisor's kernel lets the code SIGKILL
+// the agent, its pid namespace's init.
+func (r *Runtime) AgentKillable() bool { return true }
 
 // Isolation implements container.Runtime.
 func (r *Runtime) Isolation() []string {
@@ -271,12 +311,16 @@ func (s *sandbox) Wait(ctx context.Context) (container.Exit, error) {
 }
 
 // Kill implements container.Container: every host process of the sandbox (runsc, the
-// Sentry, the gofer) is in the cgroup.
+// Sentry, the gofer, the stubs) is in the cgroup. The launcher is spared: it reaps
+// them all and exits.
 func (s *sandbox) Kill(context.Context) error {
 	if s.cg == nil {
 		return nil
 	}
-	return s.cg.Kill()
+	if s.proc == nil {
+		return s.cg.Kill()
+	}
+	return s.cg.KillExcept(s.proc.Pid)
 }
 
 // Remove implements container.Container: kill, wait for runsc, have runsc forget the
@@ -290,7 +334,7 @@ func (s *sandbox) Remove(ctx context.Context) error {
 		select {
 		case <-s.exited:
 		case <-time.After(exitTimeout):
-			errs = append(errs, errors.New("runsc did not exit once killed"))
+			errs = append(errs, errors.New("runsc's launcher did not exit once the sandbox was killed"))
 		}
 	}
 	s.cleanup()

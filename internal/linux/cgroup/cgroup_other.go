@@ -42,6 +42,9 @@ func (b *Box) Stats() (Stats, error) { return Stats{}, ErrUnavailable }
 // Kill returns ErrUnavailable.
 func (b *Box) Kill() error { return ErrUnavailable }
 
+// KillExcept returns ErrUnavailable.
+func (b *Box) KillExcept(pid int) error { return ErrUnavailable }
+
 // Destroy returns nil: there is nothing to remove.
 func (b *Box) Destroy() error { return nil }
 

@@ -39,6 +39,23 @@ func (b *Box) Kill() error {
 	return b.kill(time.Now().Add(killTimeout))
 }
 
+// KillExcept is Kill for every process in the box but pid, which it leaves running
+// (and returns once it alone is left). A supervisor in the box that is the others'
+// subreaper can then reap them all, so none ends a zombie for the host's init to
+// reap. It always loops with the freezer; cgroup.kill cannot spare one process.
+func (b *Box) KillExcept(pid int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.destroyed {
+		return nil
+	}
+	others := func() ([]int, error) {
+		pids, err := b.procs()
+		return slices.DeleteFunc(pids, func(p int) bool { return p == pid }), err
+	}
+	return b.killLoop(time.Now().Add(killTimeout), others)
+}
+
 // Destroy kills every process in the box, waits until it is empty (at
 // most 2 s), removes its directory in every hierarchy and closes FD's
 // descriptor. Calling it again after success does nothing and returns
@@ -103,12 +120,21 @@ func (b *Box) kill(deadline time.Time) error {
 			return err
 		}
 	}
+	return b.killLoop(deadline, b.procs)
+}
+
+// killLoop freezes the box, SIGKILLs the processes targets lists, thaws, and
+// repeats until targets lists none or deadline passes.
+func (b *Box) killLoop(deadline time.Time, targets func() ([]int, error)) error {
 	delay := 50 * time.Microsecond
 	for {
+		pids, err := targets()
+		if err != nil || len(pids) == 0 {
+			return err
+		}
 		b.freeze()
-		pids, err := b.procs()
-		if err == nil {
-			err = signalAll(pids, b.procs)
+		if pids, err = targets(); err == nil {
+			err = signalAll(pids, targets)
 		}
 		if terr := b.thaw(); err == nil {
 			err = terr
@@ -118,7 +144,7 @@ func (b *Box) kill(deadline time.Time) error {
 		}
 		time.Sleep(delay)
 		delay = min(2*delay, maxDelay)
-		if pids, err = b.procs(); err != nil || len(pids) == 0 {
+		if pids, err = targets(); err != nil || len(pids) == 0 {
 			return err
 		}
 		if time.Now().After(deadline) {

@@ -45,7 +45,7 @@ func All(t *testing.T, h *Harness) {
 		f    func(*testing.T, *Harness)
 	}{
 		{"Run", Run}, {"FilesAndReport", FilesAndReport}, {"Limits", Limits}, {"Session", Session},
-		{"SessionMemoryLimit", SessionMemoryLimit}, {"KilledFromOutside", KilledFromOutside}, {"WorkspaceFull", WorkspaceFull},
+		{"CodeKillsAgent", CodeKillsAgent}, {"SessionMemoryLimit", SessionMemoryLimit}, {"KilledFromOutside", KilledFromOutside}, {"WorkspaceFull", WorkspaceFull},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, h) })
 	}
@@ -494,4 +494,24 @@ func SessionMemoryLimit(t *testing.T, h *Harness) {
 		t.Fatal(err)
 	}
 	h.requireNoBoxes(t)
+}
+
+// CodeKillsAgent: code that SIGKILLs its box's PID 1 (moat's agent) or every process
+// it may signal ends, at worst, its own box: a result with status ok (the host's
+// kernel drops a SIGKILL to a pid namespace's init) or killed (gVisor's delivers it),
+// never a moat failure, and nothing is left. (The kill may also be refused, EPERM.)
+func CodeKillsAgent(t *testing.T, h *Harness) {
+	for _, code := range []string{
+		"import os, signal, time\ntry: os.kill(1, signal.SIGKILL)\nexcept OSError: pass\ntime.sleep(1)\nprint('alive')",
+		"import os, signal, time\ntry: os.kill(-1, signal.SIGKILL)\nexcept OSError: pass\ntime.sleep(1)\nprint('alive')",
+	} {
+		res := runBox(t, h.Backend, &box.Spec{Language: "python", Code: []byte(code), Limits: box.Limits{Timeout: 30 * time.Second}})
+		switch {
+		case res.Status == box.StatusOK && res.Stdout == "alive\n" && !h.GVisorKernel:
+		case res.Status == box.StatusKilled:
+		default:
+			t.Errorf("%q: status %s stdout %q stderr %q, want ok (alive) or killed", code, res.Status, res.Stdout, res.Stderr)
+		}
+		h.requireNoBoxes(t)
+	}
 }
