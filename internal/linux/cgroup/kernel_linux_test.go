@@ -527,3 +527,25 @@ func TestKernelRemove(t *testing.T) {
 		t.Errorf("Remove of a bad name: %v", err)
 	}
 }
+
+// TestKernelKillExcept: KillExcept kills every process of the box but the one it
+// spares, which lives on in the box.
+func TestKernelKillExcept(t *testing.T) {
+	requireKernel(t)
+	b := newKernelBox(t, Limits{Pids: 16})
+	spared := start(t, b, "exec sleep 600")
+	victim := start(t, b, "sleep 600 & sleep 600 & wait")
+	if err := b.KillExcept(spared.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := victim.Wait(); err == nil {
+		t.Error("a process of the box exited cleanly; want it killed")
+	}
+	if err := spared.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the spared process is gone: %v", err)
+	}
+	pids, err := b.procs()
+	if err != nil || len(pids) != 1 || pids[0] != spared.Process.Pid {
+		t.Errorf("box holds %v (%v), want only the spared %d", pids, err, spared.Process.Pid)
+	}
+}
