@@ -81,6 +81,7 @@ func NewBackend(ctx context.Context, o Options) (*native.Backend, error) {
 		agent = p
 	}
 	rt.AgentPath = agent
+	rt.oom = e.watchOOM()
 	return &native.Backend{
 		Starter: &container.Starter{Runtime: rt, Log: o.Log},
 		Label:   "docker",

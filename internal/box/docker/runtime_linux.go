@@ -21,6 +21,9 @@ type Runtime struct {
 	Images map[string]string
 	// OCIRuntime is the daemon's OCI runtime; "" is its default (runc), "runsc" gVisor.
 	OCIRuntime string
+	// oom follows the daemon's OOM events of the boxes (NewBackend starts it); nil
+	// leaves the kernel's counter and the daemon's mark.
+	oom *oomWatch
 	// AgentPath is the host path of the moat binary (os.Executable, symlinks
 	// resolved), bind-mounted read-only at container.AgentPath. It must be static
 	// (CGO_ENABLED=0): it runs on the image's libc, or none.
@@ -30,8 +33,13 @@ type Runtime struct {
 // Name implements container.Runtime.
 func (r *Runtime) Name() string { return "docker" }
 
-// Close closes the connection to the daemon.
-func (r *Runtime) Close() error { return r.Engine.Close() }
+// Close stops following the daemon's events and closes the connection to it.
+func (r *Runtime) Close() error {
+	if r.oom != nil {
+		r.oom.close()
+	}
+	return r.Engine.Close()
+}
 
 // Start implements container.Runtime: create, attach (before start, so that no
 // output is missed), start. A container that fails part way is removed.
@@ -47,7 +55,10 @@ func (r *Runtime) Start(ctx context.Context, lang string, lim box.Limits) (conta
 	if err != nil {
 		return nil, err
 	}
-	bc := &boxContainer{e: r.Engine, id: c.ID, warnings: c.Warnings}
+	bc := &boxContainer{e: r.Engine, id: c.ID, warnings: c.Warnings, oom: r.oom}
+	if r.oom != nil {
+		r.oom.track(c.ID)
+	}
 	fail := func(err error) (container.Container, error) {
 		if bc.stream != nil {
 			bc.stream.Close()
@@ -108,6 +119,7 @@ type boxContainer struct {
 	id       string
 	warnings []string
 	stream   *Stream
+	oom      *oomWatch // nil: none
 
 	oomMu     sync.Mutex
 	oomLooked bool   // the counter was looked for (once the container ran)
@@ -130,13 +142,35 @@ func (c *boxContainer) Warnings() []string {
 	return out
 }
 
+// Wait implements container.Container. A container whose PID 1 died of SIGKILL was
+// OOM-killed when the daemon marked it so or sent an "oom" event of it (waited for
+// until its "die" event, which follows, at most dieWait).
 func (c *boxContainer) Wait(ctx context.Context) (container.Exit, error) {
 	ex, err := c.e.Wait(ctx, c.id)
+	if err == nil && ex.Code == exitSIGKILL && !ex.OOMKilled && c.oom != nil {
+		c.oom.awaitDie(c.id, dieWait)
+		ex.OOMKilled = c.oom.count(c.id) > 0
+	}
 	return container.Exit{Code: ex.Code, OOMKilled: ex.OOMKilled}, err
 }
 
-func (c *boxContainer) Kill(ctx context.Context) error   { return c.e.Kill(ctx, c.id) }
-func (c *boxContainer) Remove(ctx context.Context) error { return c.e.Remove(ctx, c.id, true) }
+// exitSIGKILL is a container's exit status when its PID 1 died of SIGKILL, as the
+// OOM killer kills.
+const exitSIGKILL = 128 + 9
+
+// dieWait bounds how long Wait waits for the daemon's "die" event of a container
+// that ended badly, and with it for the "oom" events before it.
+const dieWait = 2 * time.Second
+
+func (c *boxContainer) Kill(ctx context.Context) error { return c.e.Kill(ctx, c.id) }
+
+func (c *boxContainer) Remove(ctx context.Context) error {
+	err := c.e.Remove(ctx, c.id, true)
+	if err == nil && c.oom != nil {
+		c.oom.forget(c.id)
+	}
+	return err
+}
 
 // OOMKills counts the OOM kills in the container's memory cgroup, read from the
 // kernel's counter (oom_kill) like a native box's: it rises with every process the
@@ -154,6 +188,15 @@ func (c *boxContainer) Remove(ctx context.Context) error { return c.e.Remove(ctx
 // Under runsc the host's OOM killer takes the sandbox (gVisor's kernel is charged
 // for the code's memory), so the whole box ends, marked OOMKilled.
 func (c *boxContainer) OOMKills() int64 {
+	n := c.kernelOOMKills()
+	if c.oom != nil {
+		n = max(n, c.oom.count(c.id))
+	}
+	return n
+}
+
+// kernelOOMKills is OOMKills from the kernel's counter, else the daemon's mark.
+func (c *boxContainer) kernelOOMKills() int64 {
 	c.oomMu.Lock()
 	defer c.oomMu.Unlock()
 	if c.oomFile != "" {
