@@ -50,12 +50,15 @@
 // # Out of memory, and a daemon that goes away
 //
 // A session call's status is memory_limit when the OOM killer took a process during
-// it. The daemon cannot tell that: its OOMKilled mark stays set once set (and
-// dockerd 20.10 sets it only at the container's exit). So the Runtime reads the
-// kernel's count, oom_kill in the container's memory cgroup, found through the
-// container's host pid when the daemon is local; a remote daemon leaves only the
-// mark, which tells a session's first OOM at best. Under runsc the OOM killer takes
-// gVisor's sandbox and with it the box: the session is lost, saying so.
+// it. The daemon's OOMKilled mark cannot tell that: it stays set once set, dockerd
+// 20.10 sets it only at the container's exit, and under runsc not always. So the
+// Runtime reads the kernel's count, oom_kill in the container's memory cgroup, found
+// through the container's host pid when the daemon is local, and follows the
+// daemon's "oom" events of its containers (oomwatch.go), which come at once and
+// before the "die" event, under runc and runsc alike: a container whose cgroup is
+// gone by the time moat asks is still known to have met its limit. Under runsc the
+// OOM killer takes gVisor's sandbox and with it the box: the session is lost,
+// saying so.
 //
 // A container that the daemon kills (docker kill or stop, or dockerd's own shutdown,
 // which stops every container) ends its box with an error wrapping
