@@ -181,7 +181,8 @@ func writeBenchReport(w io.Writer, r *benchReport) {
 	fmt.Fprintf(w, "\nAPI cases run against a `moat serve` started by the bench (pool %s) and one with the pool off, "+
 		"serially; after each warm-pool run the bench waits until the pool is full again (its /metrics), "+
 		"so every run finds the pool as an idle server has it. Pool hits and misses are the server's own counters. "+
-		"The docker and gvisor runs are `moat run --backend docker|gvisor` with the config moat run finds (one new container each); "+
+		"Each session run follows an untimed call in the same session, as an agent's calls follow each other. "+
+		"The docker and gvisor runs are `moat run --backend docker|gvisor` with the config moat run finds (one new container or sandbox each); "+
 		"the docker warm pool is a third `moat serve --backend docker`, pool %s.\n\n", r.Pool, benchPoolPlainYAML)
 
 	latencyTable(w, "pandas workload", "bare python3", r.Pandas)

@@ -72,3 +72,24 @@ func BenchmarkExecuteCold(b *testing.B) {
 		benchExecute(b, e)
 	}
 }
+
+// BenchmarkSessionExecute is one call of `1+1` in a live Python session through the
+// engine (audit off): the policy stage, the box's round trip (BenchmarkSessionExec
+// in package native measures that alone), the filter and the result.
+func BenchmarkSessionExecute(b *testing.B) {
+	e := benchEngine(b, false)
+	if err := e.EnableSessions(SessionOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	info, err := e.CreateSession(ctx, &SessionRequest{Owner: "bench", Language: "python"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		res, err := e.SessionExecute(ctx, "bench", info.ID, &CallRequest{Code: []byte("1+1")})
+		if err != nil || res.Status != box.StatusOK {
+			b.Fatalf("%v %+v", err, res)
+		}
+	}
+}
