@@ -3,11 +3,19 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/api"
+	"github.com/moat-sandbox/moat/internal/box"
+	"github.com/moat-sandbox/moat/internal/client"
 	"github.com/moat-sandbox/moat/internal/testutil"
 )
 
@@ -49,5 +57,72 @@ func TestAttacksPooled(t *testing.T) {
 		t.Fatalf("the server ran without its warm pool:\n%s", s.stderr)
 	}
 	s.stop(t, 30*time.Second)
+	checkHostClean(t, before)
+}
+
+// soakDuration is how long TestPoolSoak keeps its clients busy, as issue 7 asks.
+const soakDuration = 60 * time.Second
+
+// TestPoolSoak keeps 8 clients executing back to back for a minute against a server
+// whose warm pool (2 boxes) is emptied and refilled all the while. Every execution
+// must come back ok from a whole, fresh box: the code checks for the marker the code
+// of every execution leaves in /tmp, and for its interpreter being new (no variable
+// of an earlier one). Busy answers (429, the principal's concurrency quota) are
+// retried. Shutting the server down then destroys every box, pooled or in use: no
+// box process or cgroup is left.
+func TestPoolSoak(t *testing.T) {
+	testutil.RequireRoot(t)
+	before := snapshotHost(t)
+	// alice with room for the 8 clients: the default quotas would answer most of
+	// the load with 429s.
+	s := startServer(t, serverOpts{config: "server:\n  pool: {size: 2, warm: [default]}\n  api_keys:\n" +
+		"    - principal: alice\n      key_env: MOAT_TEST_KEY_ALICE\n      quotas: {concurrent: 8, rate: 100000/m}\n"})
+	c := s.client(keyAlice)
+	const probe = "import os\nfresh = not os.path.exists('/tmp/.soak') and 'soak_mark' not in globals()\n" +
+		"open('/tmp/.soak', 'w').write('x')\nsoak_mark = 1\nprint('fresh' if fresh else 'REUSED')"
+	var mu sync.Mutex
+	var ok, busy int
+	var failures []string
+	deadline := time.Now().Add(soakDuration)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				res, err := c.Execute(ctx, &api.ExecuteRequest{Language: "python", Code: probe}, nil)
+				cancel()
+				mu.Lock()
+				var apiErr *client.Error
+				switch {
+				case errors.As(err, &apiErr) && apiErr.Status == http.StatusTooManyRequests:
+					busy++
+				case err != nil:
+					failures = append(failures, err.Error())
+				case res.Status != box.StatusOK || res.Stdout != "fresh\n":
+					failures = append(failures, fmt.Sprintf("status %s stdout %q stderr %q", res.Status, res.Stdout, res.Stderr))
+				default:
+					ok++
+				}
+				mu.Unlock()
+				if err != nil {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d executions ok, %d busy answers, %d failures in %v", ok, busy, len(failures), soakDuration)
+	if len(failures) > 0 {
+		t.Errorf("%d executions failed, the first: %q", len(failures), failures[:min(3, len(failures))])
+	}
+	if ok < 300 || busy > ok {
+		t.Errorf("only %d executions (and %d busy answers) in %v: the pool was not under load", ok, busy, soakDuration)
+	}
+	if !strings.Contains(s.stderr.String(), "warm pool: on") {
+		t.Fatalf("the server ran without its warm pool:\n%s", s.stderr)
+	}
+	if code := s.stop(t, 30*time.Second); code != 0 {
+		t.Errorf("moat serve exited %d after SIGTERM", code)
+	}
 	checkHostClean(t, before)
 }
