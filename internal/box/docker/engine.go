@@ -151,14 +151,14 @@ func (e *Engine) Create(ctx context.Context, p ContainerParams) (Created, error)
 		return Created{}, fmt.Errorf("create container: runtime %q is not registered with the daemon "+
 			"(add it under \"runtimes\" in /etc/docker/daemon.json; scripts/backends registers runsc): %w", p.Runtime, err)
 	default:
-		return Created{}, fmt.Errorf("create container from %s: %w", p.Image, err)
+		return Created{}, e.lost(ctx, fmt.Errorf("create container from %s: %w", p.Image, err))
 	}
 }
 
 // Start starts a created container.
 func (e *Engine) Start(ctx context.Context, id string) error {
 	if _, err := e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
-		return fmt.Errorf("start container %s: %w", short(id), err)
+		return e.lost(ctx, fmt.Errorf("start container %s: %w", short(id), err))
 	}
 	return nil
 }
@@ -189,7 +189,7 @@ func (e *Engine) Attach(ctx context.Context, id string) (*Stream, error) {
 		Stream: true, Stdin: true, Stdout: true, Stderr: true,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("attach container %s: %w", short(id), err)
+		return nil, e.lost(ctx, fmt.Errorf("attach container %s: %w", short(id), err))
 	}
 	outR, outW := io.Pipe()
 	errR, errW := io.Pipe()
@@ -266,10 +266,10 @@ func (e *Engine) Wait(ctx context.Context, id string) (Exit, error) {
 // lostPingTimeout bounds lost's ping.
 const lostPingTimeout = 2 * time.Second
 
-// lost says so in err when the daemon no longer answers a ping: a wait that broke
-// because dockerd died ends in a bare "unexpected EOF" otherwise. The error then
-// wraps ErrDaemonUnreachable. When ctx ended, the caller gave up: err is returned
-// as is.
+// lost says so in err when the daemon no longer answers a ping: a call that broke
+// because dockerd died ends in a bare "unexpected EOF" or "connection reset by peer"
+// otherwise. The error then wraps ErrDaemonUnreachable. When ctx ended, the caller
+// gave up: err is returned as is.
 func (e *Engine) lost(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return err
