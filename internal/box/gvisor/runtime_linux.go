@@ -137,7 +137,7 @@ func (r *Runtime) globalArgs(logFile string) []string {
 }
 
 // Start implements container.Runtime: write the bundle, make the cgroup, start the
-// launcher in it, and let it execute runsc run. A failure removes all of it.
+// launcher in it, and let it run runsc run. A failure removes all of it.
 func (r *Runtime) Start(ctx context.Context, _ string, lim box.Limits) (_ container.Container, err error) {
 	lim = lim.WithDefaults()
 	id := native.BoxName()
@@ -243,8 +243,8 @@ func (s *sandbox) start(ctx context.Context) error {
 		Stdout:     outW,
 		Stderr:     errW,
 		ExtraFiles: []*os.File{goR},
-		// runsc dies with moat (a crashed moat leaves no sandbox running); the
-		// Sentry runs attached to runsc run and dies with it.
+		// The launcher, and with it runsc, dies with moat (a crashed moat leaves no
+		// sandbox running); the Sentry runs attached to runsc run and dies with it.
 		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	}
 	if err := cmd.Start(); err != nil {
