@@ -88,6 +88,10 @@ type Container interface {
 	OOMKills() int64
 }
 
+// ExitKilled is a container's exit status when its PID 1 died of SIGKILL (the OOM
+// killer's signal, and docker kill's).
+const ExitKilled = 128 + 9
+
 // Exit is how a container ended.
 type Exit struct {
 	Code      int

@@ -336,7 +336,7 @@ func (p *proc) supervise() {
 		p.waitErr = fmt.Errorf("%s backend: %w: lost the box's container: %w", p.s.Runtime.Name(), native.ErrProcLost, r.err)
 	case recvErr != nil && !errors.Is(recvErr, io.ErrClosedPipe):
 		p.waitErr = fmt.Errorf("%s backend: %w: the box's stream broke: %w", p.s.Runtime.Name(), native.ErrProcLost, recvErr)
-	case r.exit.Code == exitKilled && !r.exit.OOMKilled && !agentEnded && !p.stopped.Load() && !p.s.Runtime.AgentKillable():
+	case r.exit.Code == ExitKilled && !r.exit.OOMKilled && !agentEnded && !p.stopped.Load() && !p.s.Runtime.AgentKillable():
 		// The agent is the container's PID 1: nothing inside the container can
 		// SIGKILL it (the host's kernel drops the signal; gVisor's does not, see
 		// Runtime.AgentKillable), and when the code kills init
@@ -360,9 +360,6 @@ func (p *proc) supervise() {
 	}
 	close(p.done)
 }
-
-// exitKilled is a container's exit status when its PID 1 died of SIGKILL.
-const exitKilled = 128 + int(unix.SIGKILL)
 
 // channelsEnded reports whether the agent ended every channel it sends, as it does
 // before a clean exit. Call it once receive has returned and before finish.

@@ -147,16 +147,12 @@ func (c *boxContainer) Warnings() []string {
 // until its "die" event, which follows, at most dieWait).
 func (c *boxContainer) Wait(ctx context.Context) (container.Exit, error) {
 	ex, err := c.e.Wait(ctx, c.id)
-	if err == nil && ex.Code == exitSIGKILL && !ex.OOMKilled && c.oom != nil {
+	if err == nil && ex.Code == container.ExitKilled && !ex.OOMKilled && c.oom != nil {
 		c.oom.awaitDie(c.id, dieWait)
 		ex.OOMKilled = c.oom.count(c.id) > 0
 	}
 	return container.Exit{Code: ex.Code, OOMKilled: ex.OOMKilled}, err
 }
-
-// exitSIGKILL is a container's exit status when its PID 1 died of SIGKILL, as the
-// OOM killer kills.
-const exitSIGKILL = 128 + 9
 
 // dieWait bounds how long Wait waits for the daemon's "die" event of a container
 // that ended badly, and with it for the "oom" events before it.
