@@ -83,6 +83,15 @@ func (ix *pipIndex) requests() []string {
 	return append([]string(nil), ix.paths...)
 }
 
+// indexURL is the index's simple API at example.com, over HTTPS when it serves TLS.
+func (ix *pipIndex) indexURL() string {
+	scheme := "http"
+	if ix.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://example.com:" + ix.port() + "/simple/"
+}
+
 func (ix *pipIndex) port() string {
 	_, p, _ := net.SplitHostPort(ix.Listener.Addr().String())
 	return p
@@ -203,11 +212,7 @@ func TestEgressPipAllowed(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ix := newPipIndex(t, c.tls)
-			scheme := "http"
-			if c.tls {
-				scheme = "https"
-			}
-			url := scheme + "://example.com:" + ix.port() + "/simple/"
+			url := ix.indexURL()
 			network := "allow:example.com:" + ix.port() + ",127.0.0.1:" + ix.port()
 			o, ms := pipRun(t, pipConfig(t, ix), network, pipScript(url, c.extra...))
 			if o.res.Status != box.StatusOK || !strings.Contains(o.res.Stdout, "pip exit=0") ||
@@ -248,11 +253,7 @@ func TestEgressPipRefused(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ix := newPipIndex(t, c.tls)
-			scheme := "http"
-			if c.tls {
-				scheme = "https"
-			}
-			url := scheme + "://example.com:" + ix.port() + "/simple/"
+			url := ix.indexURL()
 			// The box has a network, but not to the index.
 			o, ms := pipRun(t, pipConfig(t, ix), "allow:pypi.test:443", pipScript(url, c.extra...))
 			t.Logf("refused pip took %d ms", ms)
