@@ -3,10 +3,11 @@
 // directories and device files, TCP bind and connect are denied, and
 // signals and abstract UNIX sockets cannot reach outside the sandbox.
 //
-// It wraps github.com/landlock-lsm/go-landlock, always in best-effort
-// mode, so a kernel without some feature enforces the rest, and a
-// kernel without Landlock restricts nothing (Restrict then returns ABI
-// 0 and the caller decides whether that is acceptable).
+// It builds the ruleset with the system call wrappers of
+// github.com/landlock-lsm/go-landlock, always in best-effort mode (as
+// go-landlock's BestEffort): a kernel without some feature enforces the
+// rest, and a kernel without Landlock restricts nothing (Restrict then
+// returns ABI 0 and the caller decides whether that is acceptable).
 //
 // # Example
 //
@@ -23,10 +24,31 @@
 //	    // No Landlock network rules: rely on the network namespace.
 //	}
 //
-// # Ruleset
+// # Building the ruleset for another process
 //
-// Restrict handles every right of the go-landlock V7 preset, so anything
-// not granted below is denied:
+// Ruleset builds the same ruleset without restricting anyone, resolving
+// the paths beneath a directory fd that stands for the sandbox's "/". A
+// privileged parent uses it for a box it reaches through /proc/PID/root,
+// and the process inside only enforces it:
+//
+//	parent (host root)                      process in the box
+//	------------------                      ------------------
+//	root := open(/proc/PID/root, O_PATH)
+//	fd, abi, err := Ruleset(root, rw, devRW)
+//	sendmsg(SCM_RIGHTS fd)  ------------->  recvmsg: fd
+//	close(fd)                               prctl(PR_SET_NO_NEW_PRIVS, 1)
+//	                                        landlock_restrict_self(fd, 0)
+//	                                        close(fd)
+//
+// landlock_restrict_self confines the calling thread only, so the box
+// process must call it before it starts other threads. With abi == 0
+// there is no fd to send.
+//
+// # The ruleset
+//
+// Restrict and Ruleset handle every right Landlock V1 to V7 knows (see
+// policyFor, the one place that decides them), so anything not granted
+// below is denied:
 //
 //   - "/" (and so every path) gets execute, read_file and read_dir:
 //     programs can list, read and run anything they can reach with
@@ -76,9 +98,19 @@
 // Landlock also always denies mount(2), umount(2) and pivot_root(2) to a
 // restricted process, and ptrace(2) of processes outside its domain.
 //
+// Ruleset runs with the host's privileges on a tree the sandbox may
+// control, so it resolves every path with openat2(2) RESOLVE_IN_ROOT and
+// RESOLVE_NO_MAGICLINKS: symbolic links and ".." resolve as if root were
+// "/", and /proc magic links are refused, so a link planted in the box
+// ("/tmp" -> "/proc/1/root/etc", or "../../../etc") names a file of the
+// box or nothing, never one of the host. It opens with O_PATH, which
+// reads nothing and does not run a device's open, and only builds a
+// ruleset: a wrong rule could only confine the process that enforces it
+// less than intended, never grant it anything its credentials forbid.
+//
 // # Kernel minimums
 //
-//	ABI  Linux  What Restrict enforces with it
+//	ABI  Linux  What Restrict (and a Ruleset fd) enforces with it
 //	V1   5.13   read-only "/", writable rw dirs and devRW files
 //	V2   5.19   rename and link between rw directories allowed (refer)
 //	V3   6.2    truncate(2) outside rw denied
@@ -89,10 +121,10 @@
 //
 // Below V3, truncate(2) and O_TRUNC on files outside rw are not
 // restricted. A kernel reporting V6+ without the fix for the
-// signal-scoping erratum is treated as V5. Restrict enforces at most V7:
-// V9 (connecting to pathname UNIX sockets made outside the sandbox) and
-// V10 (UDP) would change what sandboxed programs can do and are a
-// deliberate later upgrade.
+// signal-scoping erratum is treated as V5. Restrict and Ruleset handle
+// at most V7 (pinnedABI): V9 (connecting to pathname UNIX sockets made
+// outside the sandbox) and V10 (UDP) would change what sandboxed
+// programs can do and are a deliberate later upgrade.
 //
 // # Limitations
 //
@@ -114,9 +146,11 @@
 //   - Below V9, connect(2) to existing pathname UNIX sockets (for
 //     example a container runtime's socket) is not restricted: keep
 //     them out of the sandbox's mount namespace.
-//   - Restrict sets no_new_privs on every thread (go-landlock does this
-//     unconditionally), so set-user-ID programs lose their privileges.
+//   - Restrict sets no_new_privs on every thread (landlock_restrict_self
+//     requires it without CAP_SYS_ADMIN), so set-user-ID programs lose
+//     their privileges.
 //
-// Tests run Restrict in a re-executed child of the test binary, because
-// it cannot be undone; see landlock_linux_test.go.
+// Tests run Restrict, and landlock_restrict_self on a Ruleset fd, in a
+// re-executed child of the test binary, because neither can be undone;
+// see landlock_linux_test.go.
 package landlock

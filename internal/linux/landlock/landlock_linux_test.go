@@ -23,8 +23,9 @@ import (
 
 // The test binary doubles as the sandboxed child: Restrict is
 // irreversible, so TestRestrict re-executes the binary with childEnv set
-// and the child confines itself, runs the probes and prints a JSON
-// report on stdout.
+// to "1" and the child confines itself, runs the probes and prints a
+// JSON report on stdout. TestRuleset does the same with childEnv set to
+// rulesetChild (see ruleset_linux_test.go).
 const (
 	childEnv     = "MOAT_LANDLOCK_TEST_CHILD"
 	envRW        = "MOAT_LANDLOCK_TEST_RW"
@@ -41,8 +42,11 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "1" {
+	switch os.Getenv(childEnv) {
+	case "1":
 		os.Exit(runChild())
+	case rulesetChild:
+		os.Exit(runRulesetChild())
 	}
 	os.Exit(m.Run())
 }

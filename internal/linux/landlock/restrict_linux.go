@@ -1,44 +1,17 @@
 package landlock
 
 import (
+	"errors"
 	"fmt"
+	"os"
 
-	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
 )
-
-// pinnedABI is the highest Landlock ABI whose rights Restrict handles.
-// Raising it changes what sandboxed programs may do (V9 restricts
-// pathname UNIX socket connects, V10 restricts UDP), so it is a
-// deliberate change together with config, the docs and the tests.
-const pinnedABI = 7
-
-// config is the go-landlock preset matching pinnedABI.
-var config = landlock.V7
 
 // erratumSignalScope is the Landlock erratum bit for the signal scoping
 // fix. go-landlock treats a V6+ kernel without it as V5.
 const erratumSignalScope = 0x2
-
-// rwDirAccess is what Restrict grants beneath each rw directory: the
-// read and execute rights of "/" plus every write and create right
-// except creating device nodes. With CAP_MKNOD a sandboxed process
-// could otherwise mknod the host's disk (or /dev/mem) inside /tmp and
-// open it for writing, since a Landlock grant on a directory covers
-// every file beneath it regardless of its type. The ioctl-on-devices
-// right (V5) is not granted either.
-const rwDirAccess landlock.AccessFSSet = ll.AccessFSExecute |
-	ll.AccessFSReadFile |
-	ll.AccessFSReadDir |
-	ll.AccessFSWriteFile |
-	ll.AccessFSTruncate |
-	ll.AccessFSRemoveDir |
-	ll.AccessFSRemoveFile |
-	ll.AccessFSMakeDir |
-	ll.AccessFSMakeReg |
-	ll.AccessFSMakeSock |
-	ll.AccessFSMakeFifo |
-	ll.AccessFSMakeSym
 
 // ABI returns the Landlock ABI version the running kernel supports, 0 if
 // none. Like go-landlock, it reports a kernel that claims V6 or later
@@ -67,52 +40,67 @@ func ABI() int {
 //
 // in best-effort mode (features the kernel lacks are skipped). It returns the ABI it enforced
 // (0 when the kernel has no Landlock: then err is nil and nothing was restricted).
-// Precondition: no_new_privs is set (or the caller has CAP_SYS_ADMIN).
 //
 // Paths must be absolute; rw entries must be existing directories and
 // devRW entries existing character devices, otherwise Restrict returns
 // an error wrapping [ErrInvalidPath] or [io/fs.ErrNotExist] before
 // restricting anything. Symbolic links are followed.
 //
-// The restriction is irreversible and inherited by every child. On
-// success go-landlock has also set no_new_privs on all threads, whether
-// or not the caller did, so set-user-ID binaries no longer gain
-// privileges. The caller must close file descriptors the sandbox must
-// not use before calling Restrict: Landlock checks access when a file
-// is opened, so descriptors opened earlier keep their rights.
+// Restrict is [Ruleset] with the caller's own "/" as root, then
+// no_new_privs and landlock_restrict_self(2) on every thread (see
+// restrictAllThreads). The restriction is irreversible and inherited by
+// every child. no_new_privs is set whether or not the caller had set it,
+// so set-user-ID binaries no longer gain privileges. The caller must
+// close file descriptors the sandbox must not use before calling
+// Restrict: Landlock checks access when a file is opened, so descriptors
+// opened earlier keep their rights.
 //
 // The returned ABI is at most 7 (see the package documentation).
 func Restrict(rw, devRW []string, connect ...uint16) (abi int, err error) {
-	if err := checkPaths(rw, devRW); err != nil {
+	if ABI() == 0 {
+		// No ruleset to build, and openat2(2), which Ruleset
+		// needs, may be missing too (gVisor has neither).
+		return 0, checkPaths(rw, devRW)
+	}
+	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, &os.PathError{Op: "open", Path: "/", Err: err}
+	}
+	defer unix.Close(root)
+	ruleset, abi, err := Ruleset(root, rw, devRW, connect...)
+	if err != nil {
 		return 0, err
 	}
-	abi = min(ABI(), pinnedABI)
-	if abi == 0 {
-		return 0, nil
-	}
-
-	rwAccess := rwDirAccess
-	if abi >= 2 {
-		// Refer lets files move between rw directories (rename(2)
-		// across directories, link(2)). Requesting it on a V1 kernel
-		// would make go-landlock drop the whole ruleset, so it is only
-		// asked for where the kernel knows it.
-		rwAccess |= ll.AccessFSRefer
-	}
-	// Handling the TCP rights (V4) without any BindTCP/ConnectTCP rule
-	// denies every TCP bind and connect. The preset's scopes (V6) need
-	// no rules.
-	rules := []landlock.Rule{
-		landlock.RODirs("/"),
-		landlock.PathAccess(rwAccess, rw...),
-		landlock.RWFiles(devRW...),
-	}
-	for _, port := range connect {
-		rules = append(rules, landlock.ConnectTCP(port))
-	}
-	err = config.BestEffort().Restrict(rules...)
-	if err != nil {
+	defer unix.Close(ruleset)
+	if err := restrictAllThreads(ruleset); err != nil {
 		return 0, fmt.Errorf("landlock restrict (abi %d): %w", abi, err)
 	}
 	return abi, nil
+}
+
+// restrictAllThreads sets no_new_privs and enforces ruleset on every
+// thread of the process, as go-landlock does below ABI 8 (which has no
+// LANDLOCK_RESTRICT_SELF_TSYNC). Restricting one thread would not do:
+// goroutines move between threads, and a thread left unconfined would
+// let any of them escape.
+//
+// The go-landlock AllThreads wrappers run each system call on all
+// threads at once. Built with CGO_ENABLED=0, as moat is, they are
+// syscall.AllThreadsSyscall: the runtime stops the world, runs the call
+// on every thread it has and fails the process if the threads' results
+// differ, so no thread is left behind; threads created later are clones
+// of a confined one. With cgo, libpsx does the same.
+func restrictAllThreads(ruleset int) error {
+	// landlock_restrict_self(2) requires no_new_privs (or
+	// CAP_SYS_ADMIN); setting it on every thread keeps them alike.
+	if err := ll.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return os.NewSyscallError("prctl(PR_SET_NO_NEW_PRIVS)", err)
+	}
+	if err := ll.AllThreadsLandlockRestrictSelf(ruleset, 0); err != nil {
+		if errors.Is(err, unix.E2BIG) {
+			return fmt.Errorf("too many stacked Landlock rulesets (the kernel allows 16): %w", os.NewSyscallError("landlock_restrict_self", err))
+		}
+		return os.NewSyscallError("landlock_restrict_self", err)
+	}
+	return nil
 }
