@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/box"
 )
 
 // serveSession is init's life in a session box, once the box is confined: it starts the
@@ -27,7 +29,10 @@ func serveSession(s *initSpec, sock *os.File) int {
 		_ = writeFrame(sock, initMsg{Kind: "error", Step: StepExec, Detail: err.Error()})
 		return 1
 	}
-	a := &agent{s: s, sock: sock}
+	a := &agent{s: s, sock: sock, ws: &workspace{dir: -1, path: box.WorkspaceDir, uid: boxUID, gid: boxGID}}
+	if s.Rootless {
+		a.ws.uid, a.ws.gid = -1, -1 // 65534 is not mapped; files stay init's (rootfs_linux.go)
+	}
 	a.reaped = sync.NewCond(&a.mu)
 	go a.reap()
 	if err := a.start(); err != nil {
@@ -52,6 +57,7 @@ func serveSession(s *initSpec, sock *os.File) int {
 type agent struct {
 	s    *initSpec
 	sock *os.File
+	ws   *workspace // /workspace, opened for each file operation
 	wmu  sync.Mutex // one writer on the socket at a time: answers and "exited"
 
 	mu      sync.Mutex
@@ -146,19 +152,20 @@ func (a *agent) serve(req *agentReq) error {
 		}
 		return nil
 	case opPut:
-		err := putFile(a.sock, req.Path, req.Max, !a.s.Rootless)
-		var perr *protocolError
-		if errors.As(err, &perr) {
-			return err
+		cr := &chunkReader{r: a.sock, max: req.Max}
+		err := a.ws.put(req.Path, cr, req.Max)
+		// put stops at its first error: read the rest so the stream stays in step.
+		if derr := cr.drain(); derr != nil {
+			return derr
 		}
 		return a.send(answer(agentMsg{Kind: "ok"}, err))
 	case opGet:
-		return getFile(a, req.Path, req.Max)
+		return a.getFile(req.Path, req.Max)
 	case opList:
-		files, err := listFiles(req.Path)
+		files, err := a.ws.list(req.Path)
 		return a.send(answer(agentMsg{Kind: "list", Files: files}, err))
 	case opRemove:
-		return a.send(answer(agentMsg{Kind: "ok"}, removeFile(req.Path)))
+		return a.send(answer(agentMsg{Kind: "ok"}, a.ws.remove(req.Path)))
 	default:
 		return a.send(agentMsg{Kind: "fail", Code: failOther, Error: fmt.Sprintf("unknown operation %q", req.Op)})
 	}
@@ -178,32 +185,108 @@ type protocolError struct{ err error }
 func (e *protocolError) Error() string { return "protocol: " + e.err.Error() }
 func (e *protocolError) Unwrap() error { return e.err }
 
-// readChunks reads data chunks from the parent into w until the empty chunk, refusing
-// more than max bytes in all. When w fails, the rest of the data is read and dropped
-// so that the stream stays in step; the first write error is returned.
-func readChunks(r io.Reader, w io.Writer, max int64) (int64, error) {
-	var total int64
-	var werr error
-	for {
-		var none struct{}
-		data, isChunk, err := readAny(r, 0, &none)
-		if err != nil || !isChunk {
-			if err == nil {
-				err = errors.New("expected a data chunk")
-			}
-			return total, &protocolError{err}
-		}
-		if len(data) == 0 {
-			return total, werr
-		}
-		total += int64(len(data))
-		if total > max {
-			return total, &protocolError{fmt.Errorf("more data than the %d bytes announced", max)}
-		}
-		if werr == nil {
-			_, werr = w.Write(data)
+// getFile answers "file" with the size of p and sends its content as data chunks, or
+// answers "fail". Only a broken socket is an error.
+func (a *agent) getFile(p string, max int64) error {
+	f, size, err := a.ws.openFile(p, max)
+	if err != nil {
+		return a.send(answer(agentMsg{}, err))
+	}
+	defer f.Close()
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	if err := writeFrame(a.sock, agentMsg{Kind: "file", Size: size}); err != nil {
+		return err
+	}
+	if _, err := copyOut(chunkWriter{a.sock}, f, max); err != nil {
+		return err
+	}
+	return writeChunk(a.sock, nil)
+}
+
+// chunkWriter writes what it is given as data chunks.
+type chunkWriter struct{ w io.Writer }
+
+func (c chunkWriter) Write(p []byte) (int, error) {
+	for off := 0; off < len(p); off += maxChunk {
+		if err := writeChunk(c.w, p[off:min(off+maxChunk, len(p))]); err != nil {
+			return off, err
 		}
 	}
+	return len(p), nil
+}
+
+// chunkReader reads the data chunks of an upload from the parent: their bytes, then
+// io.EOF at the empty chunk. More than max bytes in all, or anything but a chunk, is a
+// *protocolError, and so is every read after it.
+type chunkReader struct {
+	r     io.Reader
+	max   int64
+	total int64
+	rest  []byte // what the last chunk holds that was not read yet
+	err   error  // io.EOF once the data ended, or a *protocolError
+}
+
+// next reads the next chunk into rest, or sets err.
+func (c *chunkReader) next() {
+	var none struct{}
+	data, isChunk, err := readAny(c.r, 0, &none)
+	switch {
+	case err != nil:
+		c.err = &protocolError{err}
+	case !isChunk:
+		c.err = &protocolError{errors.New("expected a data chunk")}
+	case len(data) == 0:
+		c.err = io.EOF
+	case c.total+int64(len(data)) > c.max:
+		c.err = &protocolError{fmt.Errorf("more data than the %d bytes announced", c.max)}
+	default:
+		c.total += int64(len(data))
+		c.rest = data
+	}
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	for len(c.rest) == 0 {
+		if c.err != nil {
+			return 0, c.err
+		}
+		c.next()
+	}
+	n := copy(p, c.rest)
+	c.rest = c.rest[n:]
+	return n, nil
+}
+
+// WriteTo writes each chunk to w as it comes, in one write (io.Copy uses it). On w's
+// error it stops, leaving the rest of the data unread.
+func (c *chunkReader) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for {
+		for len(c.rest) == 0 {
+			if errors.Is(c.err, io.EOF) {
+				return n, nil
+			}
+			if c.err != nil {
+				return n, c.err
+			}
+			c.next()
+		}
+		m, err := w.Write(c.rest)
+		n += int64(m)
+		c.rest = c.rest[m:]
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// drain reads and drops what is left of the data, so that the stream stays in step.
+// Its error is a *protocolError: the stream from the parent is broken.
+func (c *chunkReader) drain() error {
+	c.rest = nil
+	_, err := c.WriteTo(io.Discard)
+	return err
 }
 
 // drainRequests drops what an ended interpreter left unread in the request pipe (a

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"runtime"
 	"strings"
 	"time"
 
@@ -17,23 +18,151 @@ import (
 	"github.com/moat-sandbox/moat/internal/box"
 )
 
-// Workspace file operations, served by a session's init inside the box.
+// Workspace file operations: put, get, list and remove a file below a box's
+// /workspace. The same code serves them in two places (workspace names which):
+//
+//   - inside the box, by a session's init (agent_linux.go), which opens /workspace
+//     for each operation and owns what it creates to the box's user (boxUID, 65534);
+//   - outside the box, by the server itself, for boxes whose in-box agent serves no
+//     files, through an O_PATH fd of the box's /workspace that it opened below
+//     /proc/<pid>/root (workspaceAt) and holds for the box's life; it creates files
+//     as the box's user as the host sees it (HostBoxUID).
 //
 // # Why they are safe
 //
-// They run after pivot_root, in the box's mount namespace: the host's filesystem is
-// not mounted there at all. Within the box, a path is resolved by the kernel below an
-// fd of /workspace with openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS |
-// RESOLVE_NO_XDEV): "..", absolute symlinks and symlinks that lead out of the
-// workspace fail with EXDEV, atomically (no check-then-use race with code that swaps
-// a directory for a symlink). Directories are created one component at a time
-// relative to the fd of their parent, never through a symlink. An upload is written
-// to a fresh temporary file (O_EXCL) and renamed over the target, so it never writes
-// through a link the code planted. Reads open with O_NONBLOCK and accept regular files
-// only, so a FIFO cannot stall init. As root, init additionally runs under the box's
-// Landlock rules, which let it write to /tmp, /workspace and /dev/shm only.
+// A path is resolved by the kernel below the fd of the workspace with
+// openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV): "..", absolute
+// symlinks and symlinks that lead out of the workspace fail with EXDEV, atomically (no
+// check-then-use race with code that swaps a directory for a symlink). Directories are
+// created one component at a time relative to the fd of their parent, never through a
+// symlink. An upload is written to a fresh temporary file (O_EXCL) and renamed over
+// the target, so it never writes through a link the code planted. Reads open with
+// O_NONBLOCK and accept regular files only, so a FIFO cannot stall the server or init.
+//
+// Inside the box, they run after pivot_root, in the box's mount namespace: the host's
+// filesystem is not mounted there at all. As root, init additionally runs under the
+// box's Landlock rules, which let it write to /tmp, /workspace and /dev/shm only.
+//
+// Outside the box, the server runs as host root with neither, so the argument rests
+// on the workspace being a mount of its own (a tmpfs, MS_NODEV, that workspaceAt
+// checks is a mount root): RESOLVE_NO_XDEV keeps every lookup on that filesystem, and
+// a hard link cannot cross filesystems, so no name below the fd reaches a host file;
+// MS_NODEV and the regular-file check leave no device to open. The fd was opened
+// without following any symlink the box could plant (RESOLVE_NO_SYMLINKS below
+// /proc/<pid>/root), and it pins that mount: it cannot be swapped for another while
+// held.
 
 const resolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
+
+// workspace is where workspace file operations resolve paths: an fd of a box's
+// /workspace, held or opened for each operation, and who owns what they create.
+type workspace struct {
+	// dir is a held O_PATH fd of the workspace (the server), or -1: then path is
+	// opened for each operation (init, inside the box).
+	dir  int
+	path string
+	// uid and gid own the files and directories an operation creates; -1 leaves them
+	// to their creator (rootless, where the box's user is not mapped).
+	uid, gid int
+	// fsids creates them as uid and gid (the thread's fsuid and fsgid, see asOwner)
+	// rather than creating them, then changing their owner. The server needs it: host
+	// root is not mapped in the box's user namespace, and the box's tmpfs refuses to
+	// create an inode whose owner it cannot represent (EOVERFLOW).
+	fsids bool
+}
+
+// workspaceAt opens name below the directory fd root (the server: "workspace" below
+// a box's /proc/<pid>/root) as a held workspace whose operations create files as uid
+// and gid (HostBoxUID as root; -1 rootless, where the server's own ids are the box's).
+// No symlink is followed on the way (the box could plant one), and the directory must
+// be a mount of its own (see "Why they are safe"). The caller must call close once
+// done.
+func workspaceAt(root int, name string, uid, gid int) (*workspace, error) {
+	fd, err := unix.Openat2(root, name, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: name, Err: err}
+	}
+	var stx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, 0, &stx); err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "statx", Path: name, Err: err}
+	}
+	if stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 || stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s is not a mount of its own", name)
+	}
+	return &workspace{dir: fd, uid: uid, gid: gid, fsids: uid >= 0 && gid >= 0}, nil
+}
+
+// close closes the held fd, if any. The workspace cannot be used afterwards.
+func (w *workspace) close() {
+	if w.dir >= 0 {
+		unix.Close(w.dir)
+		w.dir = -1
+	}
+}
+
+// root returns a new fd of the workspace; the caller closes it.
+func (w *workspace) root() (int, error) {
+	if w.dir >= 0 {
+		fd, err := unix.FcntlInt(uintptr(w.dir), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return -1, os.NewSyscallError("dup workspace", err)
+		}
+		return fd, nil
+	}
+	if w.path == "" {
+		return -1, errors.New("the workspace is closed")
+	}
+	fd, err := unix.Open(w.path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, &os.PathError{Op: "open", Path: w.path, Err: err}
+	}
+	return fd, nil
+}
+
+// chown reports whether created files and directories get their owner afterwards.
+func (w *workspace) chown() bool { return w.uid >= 0 && w.gid >= 0 && !w.fsids }
+
+// asOwner runs fn, which creates files, as the workspace's owner when it creates as
+// its owner (fsids), else as the caller. The owner's ids are set on the caller's
+// thread, locked to it for the while, and restored before it is unlocked, so no
+// other goroutine runs with them. (A thread must not simply be left to end with its
+// goroutine: it may be the one that cloned a box, whose Pdeathsig would then kill it.)
+// A nonzero fsuid also drops CAP_DAC_OVERRIDE and the other file capabilities: fn has
+// the box's user's rights in the workspace (and the caller's supplementary groups,
+// which own nothing there), no more.
+func (w *workspace) asOwner(fn func() error) error {
+	if !w.fsids {
+		return fn()
+	}
+	runtime.LockOSThread()
+	// setfsuid and setfsgid answer the previous id, never an error: read them back to
+	// know they were set. Setting the fsuid back to 0 restores the capabilities.
+	oldGID, _ := unix.SetfsgidRetGid(w.gid)
+	oldUID, _ := unix.SetfsuidRetUid(w.uid)
+	defer func() {
+		_, _ = unix.SetfsuidRetUid(oldUID)
+		_, _ = unix.SetfsgidRetGid(oldGID)
+		if fsids() == [2]int{oldUID, oldGID} {
+			runtime.UnlockOSThread()
+		} // else the thread stays locked, and ends with the goroutine: can't happen
+	}()
+	if ids := fsids(); ids != [2]int{w.uid, w.gid} {
+		return fmt.Errorf("act as the box's user: fsuid and fsgid are %v", ids)
+	}
+	return fn()
+}
+
+// fsids returns the calling thread's fsuid and fsgid.
+func fsids() [2]int {
+	uid, _ := unix.SetfsuidRetUid(-1)
+	gid, _ := unix.SetfsgidRetGid(-1)
+	return [2]int{uid, gid}
+}
 
 // cleanPath checks a request path and returns it relative to the workspace ("." for
 // the workspace itself when allowRoot).
@@ -51,13 +180,13 @@ func cleanPath(p string, allowRoot bool) (string, error) {
 }
 
 // openBeneath opens rel below the workspace.
-func openBeneath(rel string, flags uint64, mode uint64) (int, error) {
-	ws, err := unix.Open(box.WorkspaceDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+func (w *workspace) openBeneath(rel string, flags uint64, mode uint64) (int, error) {
+	root, err := w.root()
 	if err != nil {
-		return -1, &os.PathError{Op: "open", Path: box.WorkspaceDir, Err: err}
+		return -1, err
 	}
-	defer unix.Close(ws)
-	return openat2(ws, rel, flags, mode)
+	defer unix.Close(root)
+	return openat2(root, rel, flags, mode)
 }
 
 func openat2(dir int, rel string, flags uint64, mode uint64) (int, error) {
@@ -104,51 +233,55 @@ func openNoFollow(dir int, rel string, flags uint64, mode uint64) (int, error) {
 }
 
 // mkdirs opens (creating as needed) the directory rel below the workspace, one
-// component at a time, refusing symlinks, and returns its fd.
-func mkdirs(rel string, chown bool) (int, error) {
-	cur, err := unix.Open(box.WorkspaceDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+// component at a time, refusing symlinks and other mounts, and returns its fd.
+func (w *workspace) mkdirs(rel string) (int, error) {
+	cur, err := w.root()
 	if err != nil {
-		return -1, &os.PathError{Op: "open", Path: box.WorkspaceDir, Err: err}
+		return -1, err
 	}
 	if rel == "." {
 		return cur, nil
 	}
 	for _, name := range strings.Split(rel, "/") {
 		err := unix.Mkdirat(cur, name, 0o755)
-		switch {
-		case err == nil:
-			if chown {
-				_ = unix.Fchownat(cur, name, boxUID, boxGID, unix.AT_SYMLINK_NOFOLLOW)
-			}
-		case errors.Is(err, unix.EEXIST):
-		default:
+		created := err == nil
+		if err != nil && !errors.Is(err, unix.EEXIST) {
 			unix.Close(cur)
 			return -1, &os.PathError{Op: "mkdir", Path: rel, Err: err}
 		}
-		next, err := unix.Openat(cur, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		next, err := openat2(cur, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 		unix.Close(cur)
 		if err != nil {
-			return -1, &os.PathError{Op: "open", Path: rel, Err: err}
+			return -1, err
+		}
+		if created && w.chown() {
+			// Through the fd just opened: whatever now has the name, never a
+			// symlink's target.
+			_ = unix.Fchownat(next, "", w.uid, w.gid, unix.AT_EMPTY_PATH)
 		}
 		cur = next
 	}
 	return cur, nil
 }
 
-// putFile writes the data chunks that follow on r (exactly size bytes, passed as max)
-// to rel, replacing it atomically; a short upload changes nothing.
-// A *protocolError means the stream from the parent is broken; other errors are the
-// operation's and the stream is in step.
-func putFile(r io.Reader, p string, max int64, chown bool) error {
+// put writes what r yields (exactly size bytes, then io.EOF) to the file p, creating
+// the directories above it, and replaces p atomically; if r yields fewer or more
+// bytes or fails, p is unchanged. It stops reading at its first error: a caller
+// whose r is a stream it shares must bring the stream back in step. r is read with
+// the ids put creates files with (asOwner).
+func (w *workspace) put(p string, r io.Reader, size int64) error {
 	rel, err := cleanPath(p, false)
 	if err != nil {
-		_, derr := readChunks(r, io.Discard, max)
-		return errors.Join(err, derr)
+		return err
 	}
-	dir, err := mkdirs(path.Dir(rel), chown)
+	return w.asOwner(func() error { return w.putAt(rel, r, size) })
+}
+
+// putAt is put of the clean path rel.
+func (w *workspace) putAt(rel string, r io.Reader, size int64) error {
+	dir, err := w.mkdirs(path.Dir(rel))
 	if err != nil {
-		_, derr := readChunks(r, io.Discard, max)
-		return errors.Join(err, derr)
+		return err
 	}
 	defer unix.Close(dir)
 	var rnd [6]byte
@@ -156,16 +289,15 @@ func putFile(r io.Reader, p string, max int64, chown bool) error {
 	tmp := ".moat-upload-" + hex.EncodeToString(rnd[:])
 	fd, err := unix.Openat(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
 	if err != nil {
-		_, derr := readChunks(r, io.Discard, max)
-		return errors.Join(&os.PathError{Op: "create", Path: rel, Err: err}, derr)
+		return &os.PathError{Op: "create", Path: rel, Err: err}
 	}
 	f := os.NewFile(uintptr(fd), rel)
-	n, err := readChunks(r, f, max)
-	if err == nil && n != max {
-		err = fmt.Errorf("upload of %s ended after %d of %d bytes", rel, n, max)
+	n, err := io.Copy(f, r)
+	if err == nil && n != size {
+		err = fmt.Errorf("upload of %s ended after %d of %d bytes", rel, n, size)
 	}
-	if err == nil && chown {
-		err = f.Chown(boxUID, boxGID)
+	if err == nil && w.chown() {
+		err = f.Chown(w.uid, w.gid)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -181,43 +313,47 @@ func putFile(r io.Reader, p string, max int64, chown bool) error {
 	return err
 }
 
-// getFile answers "file" with the size and sends rel's content as data chunks, or
-// answers "fail".
-func getFile(a *agent, p string, max int64) error {
+// openFile opens the regular file p below the workspace for reading and returns it
+// with its size; anything else, or a file over max bytes, is refused. The caller
+// closes the file and sends it with copyOut (init announces the size first).
+func (w *workspace) openFile(p string, max int64) (*os.File, int64, error) {
 	rel, err := cleanPath(p, false)
 	if err != nil {
-		return a.send(answer(agentMsg{}, err))
+		return nil, 0, err
 	}
-	fd, err := openBeneath(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	fd, err := w.openBeneath(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
-		return a.send(answer(agentMsg{}, err))
+		return nil, 0, err
 	}
 	f := os.NewFile(uintptr(fd), rel)
-	defer f.Close()
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return a.send(answer(agentMsg{}, err))
+		f.Close()
+		return nil, 0, err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return a.send(answer(agentMsg{}, fmt.Errorf("%w: %s", box.ErrNotRegular, rel)))
+		f.Close()
+		return nil, 0, fmt.Errorf("%w: %s", box.ErrNotRegular, rel)
 	}
 	if st.Size > max {
-		return a.send(answer(agentMsg{}, fmt.Errorf("%w: %s is %d bytes, over the limit of %d", box.ErrFileTooLarge, rel, st.Size, max)))
+		f.Close()
+		return nil, 0, fmt.Errorf("%w: %s is %d bytes, over the limit of %d", box.ErrFileTooLarge, rel, st.Size, max)
 	}
-	a.wmu.Lock()
-	defer a.wmu.Unlock()
-	if err := writeFrame(a.sock, agentMsg{Kind: "file", Size: st.Size}); err != nil {
-		return err
-	}
-	// The file may change while it is sent (a process of the code still runs): send
-	// what is there, at most max bytes; the parent counts what arrives.
+	return f, st.Size, nil
+}
+
+// copyOut copies f to w, at most max bytes, and returns how many it copied. The file
+// may change meanwhile (a process of the code still runs): what is there is sent, and
+// the receiver compares the count with the size openFile announced. A read error ends
+// the copy early without an error; only w's error is returned.
+func copyOut(w io.Writer, f *os.File, max int64) (int64, error) {
 	buf := make([]byte, maxChunk)
 	var sent int64
 	for sent < max {
 		n, rerr := f.Read(buf[:min(int64(len(buf)), max-sent)])
 		if n > 0 {
-			if err := writeChunk(a.sock, buf[:n]); err != nil {
-				return err
+			if _, err := w.Write(buf[:n]); err != nil {
+				return sent, err
 			}
 			sent += int64(n)
 		}
@@ -225,16 +361,16 @@ func getFile(a *agent, p string, max int64) error {
 			break
 		}
 	}
-	return writeChunk(a.sock, nil)
+	return sent, nil
 }
 
-// listFiles lists the workspace below dir, recursively, without following symlinks.
-func listFiles(dir string) ([]box.FileInfo, error) {
+// list lists the workspace below dir, recursively, without following symlinks.
+func (w *workspace) list(dir string) ([]box.FileInfo, error) {
 	rel, err := cleanPath(dir, true)
 	if err != nil {
 		return nil, err
 	}
-	fd, err := openBeneath(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	fd, err := w.openBeneath(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -308,13 +444,13 @@ func fileMode(m uint32) fs.FileMode {
 	return mode
 }
 
-// removeFile removes a file, symlink or empty directory below the workspace.
-func removeFile(p string) error {
+// remove removes a file, symlink or empty directory below the workspace.
+func (w *workspace) remove(p string) error {
 	rel, err := cleanPath(p, false)
 	if err != nil {
 		return err
 	}
-	dir, err := openBeneath(path.Dir(rel), unix.O_PATH|unix.O_DIRECTORY, 0)
+	dir, err := w.openBeneath(path.Dir(rel), unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}

@@ -39,6 +39,10 @@ type boxProc struct {
 	warnings []string
 	// egress serves the box's way out, if it has one; release closes it.
 	egress box.Egress
+	// ws, when set, is the box's /workspace held open by the server, which then serves
+	// the session's file operations itself (agentfs_linux.go); release closes it. Nil
+	// when the box's init serves them.
+	ws *workspace
 
 	is      *initSpec
 	filterc <-chan filterResult
@@ -204,6 +208,9 @@ func (bp *boxProc) release(log *slog.Logger, tr *phaseTrace) {
 	}
 	if bp.egress != nil {
 		bp.egress.Close()
+	}
+	if bp.ws != nil {
+		bp.ws.close()
 	}
 	if bp.proc != nil {
 		if err := bp.proc.Release(); err != nil {

@@ -658,6 +658,10 @@ func (s *session) PutFile(ctx context.Context, path string, r io.Reader, size in
 	if err := s.Err(); err != nil {
 		return err
 	}
+	up := &upload{ctx: ctx, r: r, size: size}
+	if ws := s.bp.ws; ws != nil {
+		return up.result(localError(ws.put(path, up, size), path))
+	}
 	s.setPending(true)
 	defer s.setPending(false)
 	if err := writeFrame(s.bp.sock, agentReq{Op: opPut, Path: path, Max: size}); err != nil {
@@ -666,18 +670,14 @@ func (s *session) PutFile(ctx context.Context, path string, r io.Reader, size in
 	// Stream exactly size bytes; if r ends early or fails, end the data early: init
 	// then refuses the short upload and changes nothing.
 	buf := make([]byte, maxChunk)
-	var sent int64
-	var rerr error
-	for sent < size && rerr == nil && ctx.Err() == nil {
-		var n int
-		n, rerr = r.Read(buf[:min(int64(len(buf)), size-sent)])
+	for {
+		n, err := up.Read(buf)
 		if n > 0 {
 			if err := writeChunk(s.bp.sock, buf[:n]); err != nil {
 				return s.broken(err)
 			}
-			sent += int64(n)
 		}
-		if errors.Is(rerr, io.EOF) {
+		if err != nil {
 			break
 		}
 	}
@@ -685,11 +685,48 @@ func (s *session) PutFile(ctx context.Context, path string, r io.Reader, size in
 		return s.broken(err)
 	}
 	_, err := s.answer("ok", path)
+	return up.result(err)
+}
+
+// upload reads what PutFile uploads from the caller's reader: at most size bytes, then
+// io.EOF, also early once ctx is done; it counts what it read and keeps the reader's
+// error.
+type upload struct {
+	ctx   context.Context
+	r     io.Reader
+	size  int64
+	sent  int64
+	short bool  // the data ended before size bytes
+	err   error // the reader's error other than io.EOF
+}
+
+func (u *upload) Read(p []byte) (int, error) {
+	if u.sent >= u.size {
+		return 0, io.EOF
+	}
+	if u.ctx.Err() != nil {
+		u.short = true
+		return 0, io.EOF
+	}
+	n, err := u.r.Read(p[:min(int64(len(p)), u.size-u.sent)])
+	u.sent += int64(n)
 	switch {
-	case err != nil && rerr != nil && !errors.Is(rerr, io.EOF):
-		return fmt.Errorf("read the upload: %w", rerr)
-	case err != nil && sent < size:
-		return fmt.Errorf("upload ended after %d of %d bytes", sent, size)
+	case errors.Is(err, io.EOF):
+		u.short = u.sent < u.size
+	case err != nil:
+		u.err = err
+	}
+	return n, err
+}
+
+// result is the upload's outcome given err, the writer's (init's or the server's):
+// when the reader failed or ended early, that is why.
+func (u *upload) result(err error) error {
+	switch {
+	case err != nil && u.err != nil:
+		return fmt.Errorf("read the upload: %w", u.err)
+	case err != nil && u.short:
+		return fmt.Errorf("upload ended after %d of %d bytes", u.sent, u.size)
 	}
 	return err
 }
@@ -701,6 +738,18 @@ func (s *session) GetFile(ctx context.Context, path string, w io.Writer, max int
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if ws := s.bp.ws; ws != nil {
+		if err := s.Err(); err != nil {
+			return 0, err
+		}
+		f, size, err := ws.openFile(path, max)
+		if err != nil {
+			return 0, localError(err, path)
+		}
+		defer f.Close()
+		n, werr := copyOut(w, f, max)
+		return n, received(path, size, n, werr)
+	}
 	m, err := s.op(agentReq{Op: opGet, Path: path, Max: max}, "file")
 	if err != nil {
 		return 0, err
@@ -728,13 +777,19 @@ func (s *session) GetFile(ctx context.Context, path string, w io.Writer, max int
 			_, werr = w.Write(r.data)
 		}
 	}
+	return n, received(path, m.Size, n, werr)
+}
+
+// received is the outcome of a download of path announced as size bytes, of which n
+// came and went to the caller's writer (werr its error).
+func received(path string, size, n int64, werr error) error {
 	if werr != nil {
-		return n, werr
+		return werr
 	}
-	if n != m.Size {
-		return n, fmt.Errorf("%s changed while it was read (%d bytes announced, %d sent)", path, m.Size, n)
+	if n != size {
+		return fmt.Errorf("%s changed while it was read (%d bytes announced, %d sent)", path, size, n)
 	}
-	return n, nil
+	return nil
 }
 
 // ListFiles implements box.Session.
@@ -744,17 +799,29 @@ func (s *session) ListFiles(ctx context.Context, dir string) ([]box.FileInfo, er
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m, err := s.op(agentReq{Op: opList, Path: dir}, "list")
-	if err != nil {
-		return nil, err
+	var files []box.FileInfo
+	if ws := s.bp.ws; ws != nil {
+		if err := s.Err(); err != nil {
+			return nil, err
+		}
+		var err error
+		if files, err = ws.list(dir); err != nil {
+			return nil, localError(err, dir)
+		}
+	} else {
+		m, err := s.op(agentReq{Op: opList, Path: dir}, "list")
+		if err != nil {
+			return nil, err
+		}
+		files = m.Files
 	}
-	if len(m.Files) > box.MaxListEntries {
-		m.Files = m.Files[:box.MaxListEntries]
+	if len(files) > box.MaxListEntries {
+		files = files[:box.MaxListEntries]
 	}
-	if m.Files == nil {
-		m.Files = []box.FileInfo{}
+	if files == nil {
+		files = []box.FileInfo{}
 	}
-	return m.Files, nil
+	return files, nil
 }
 
 // RemoveFile implements box.Session.
@@ -764,8 +831,24 @@ func (s *session) RemoveFile(ctx context.Context, path string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if ws := s.bp.ws; ws != nil {
+		if err := s.Err(); err != nil {
+			return err
+		}
+		return localError(ws.remove(path), path)
+	}
 	_, err := s.op(agentReq{Op: opRemove, Path: path}, "ok")
 	return err
+}
+
+// localError turns the error of a file operation the server served itself (the box's
+// workspace) into the box error init's "fail" answer would have become: the same
+// classification (failCode) and the same message (failError).
+func localError(err error, path string) error {
+	if err == nil {
+		return nil
+	}
+	return failError(answer(agentMsg{}, err), path)
 }
 
 // Done implements box.Session.
