@@ -57,7 +57,8 @@ func openOne(ctx context.Context, rb config.ResolvedBackend, log *slog.Logger) (
 	defer cancel()
 	switch rb.Name {
 	case config.BackendNative:
-		return &native.Backend{Log: log}, func() {}, nil
+		b := &native.Backend{Log: log}
+		return b, func() { _ = b.Close() }, nil
 	case config.BackendGVisor:
 		return newGVisorBackend(ctx, rb, log)
 	}

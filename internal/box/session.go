@@ -34,6 +34,11 @@ type SessionSpec struct {
 	Interpreter []string
 	// Support files are placed read-only under /.moat.
 	Support []SupportFile
+	// Zygote, when set, is the argv of a zygote for Interpreter: the same
+	// interpreter, preloaded, which a backend that can (native, as root) forks into
+	// each fresh box instead of starting the interpreter there. Boxes made either way
+	// behave the same. The engine's warm pool sets it.
+	Zygote []string
 }
 
 // Call is one execution in a session.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/box"
+	"github.com/moat-sandbox/moat/internal/policy/python"
 )
 
 // The warm pool: boxes made ahead of time for one-shot executions.
@@ -298,7 +299,7 @@ func (e *Engine) EnablePool(opts PoolOptions) error {
 			return err
 		}
 		spec := &box.Spec{Language: "python", Limits: lim, Network: "none"}
-		p.warm(poolKey{lang: "python", profile: name, limits: lim}, e.oneShotSpec(spec, name, prof))
+		p.warm(poolKey{lang: "python", profile: name, limits: lim}, pooledSpec(e.oneShotSpec(spec, name, prof)))
 	}
 	e.pool = p
 	go p.run()
@@ -334,5 +335,16 @@ func (e *Engine) takePooled(lang, profile string, lim box.Limits, env []string, 
 	if e.pool == nil || lang != "python" || len(env) > 0 {
 		return nil
 	}
-	return e.pool.take(poolKey{lang: lang, profile: profile, limits: lim}, spec)
+	return e.pool.take(poolKey{lang: lang, profile: profile, limits: lim}, func() *box.SessionSpec { return pooledSpec(spec()) })
+}
+
+// pooledSpec is the spec of a key's boxes: spec, with the zygote that backends able
+// to may fork them from (a box serves one execution or session; the zygote makes
+// each of them as fast as they are taken).
+func pooledSpec(spec *box.SessionSpec) *box.SessionSpec {
+	s := *spec
+	if s.Language == "python" {
+		s.Zygote = python.ZygoteInterpreter(s.Interpreter)
+	}
+	return &s
 }

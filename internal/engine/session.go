@@ -378,11 +378,19 @@ func (e *Engine) Close() error {
 	if e.pool != nil {
 		e.pool.close()
 	}
-	if e.sessions == nil {
-		return nil
+	var err error
+	if e.sessions != nil {
+		e.stopSweep()
+		err = e.sessions.Close()
 	}
-	e.stopSweep()
-	return e.sessions.Close()
+	if e.pool != nil {
+		// What the backend keeps for pooled boxes (the native backend's zygotes)
+		// ends once every box is gone: the pool's, and the sessions taken from it.
+		if c, ok := e.backend.(io.Closer); ok {
+			err = errors.Join(err, c.Close())
+		}
+	}
+	return err
 }
 
 // MaxOutputFile bounds each file a one-shot execution returns (Request.OutputFiles).

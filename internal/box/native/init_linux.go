@@ -161,6 +161,14 @@ func setup(s *initSpec, sync *os.File) (landlockABI int, err error) {
 		return 0, stepErr(StepRlimits, err)
 	}
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) //nolint:errcheck // cannot fail for 0
+	if s.Zygote {
+		// The zygote makes each box's namespaces and mounts: it keeps the capabilities
+		// for that, and nothing else (zygote_linux.go).
+		if err := caps.DropBounding(zygoteCaps...); err != nil {
+			return 0, stepErr(StepCaps, err)
+		}
+		return 0, nil
+	}
 	if s.Rootless {
 		// Rootless init must still create the code's user namespace, which seccomp
 		// would forbid: the second stage (exec_linux.go) confines itself instead.
@@ -352,7 +360,11 @@ func runCode(s *initSpec, began time.Time) (initMsg, error) {
 	if err := closeOnExec(); err != nil {
 		return initMsg{}, err
 	}
-	pid, err := startCode(s, append(append([]string{}, s.Argv...), s.CodePath))
+	argv := append([]string{}, s.Argv...)
+	if s.CodePath != "" {
+		argv = append(argv, s.CodePath)
+	}
+	pid, err := startCode(s, argv)
 	if s.ReportFD != 0 {
 		unix.Close(s.ReportFD) // the code holds it now; EOF reaches the parent when the box ends
 	}
@@ -467,7 +479,15 @@ func startCode(s *initSpec, argv []string) (int, error) {
 		request = uintptr(s.RequestFD)
 	}
 	var pid int
-	if s.Rootless {
+	if s.Zygote {
+		// The zygote: root of the box's user namespace, its control socket as fd 3.
+		pid, err = syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
+			Dir:   "/",
+			Env:   s.Env,
+			Files: []uintptr{devnull.Fd(), 1, 2, uintptr(s.ZygoteFD)},
+			Sys:   &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL},
+		})
+	} else if s.Rootless {
 		pid, err = startStage2(stdin, report, request, execSpec{Argv: argv, Env: s.Env, Seccomp: s.Seccomp, Pids: s.Pids, AddressSpace: s.AddressSpace, Request: request != 0, Connect: s.connectPorts()})
 	} else {
 		files := []uintptr{stdin, 1, 2}

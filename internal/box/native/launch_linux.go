@@ -25,6 +25,9 @@ type launchSpec struct {
 	request bool
 	// egress, when set, serves the box's proxy and DNS sockets (egress_linux.go).
 	egress box.Egress
+	// zygote makes the box a zygote's: a control socket, and init starts the
+	// interpreter as the zygote (zygote_linux.go).
+	zygote bool
 }
 
 // boxProc is a started box: init runs, waiting for the spec. The caller hands it over
@@ -39,6 +42,10 @@ type boxProc struct {
 	warnings []string
 	// egress serves the box's way out, if it has one; release closes it.
 	egress box.Egress
+	// ctl is a zygote box's control socket (launchSpec.zygote); release closes it.
+	ctl *os.File
+	// zy, for a box forked from a zygote, does the hand-over (zygote_linux.go).
+	zy *zygoteBox
 	// ws, when set, is the box's /workspace held open by the server, which then serves
 	// the session's file operations itself (agentfs_linux.go); release closes it. Nil
 	// when the box's init serves them.
@@ -140,6 +147,16 @@ func (b *Backend) launch(ls launchSpec, tr *phaseTrace) (_ *boxProc, err error) 
 		is.EgressFD = fdSync + len(fds)
 		fds = append(fds, FD{File: child, Dir: FDBoth})
 	}
+	if ls.zygote {
+		parent, child, err := seqpacketPair()
+		if err != nil {
+			return nil, err
+		}
+		bp.ctl = parent
+		childEnds = append(childEnds, child)
+		is.Zygote, is.ZygoteFD, is.Pids = true, fdSync+len(fds), 0
+		fds = append(fds, FD{File: child, Dir: FDBoth})
+	}
 	bp.is = &is
 	tr.mark("prepare")
 
@@ -170,6 +187,9 @@ func (b *Backend) launch(ls launchSpec, tr *phaseTrace) (_ *boxProc, err error) 
 // not happen at start: v1), then lets it go. On failure the box is killed and the
 // error says why; the caller still waits for it.
 func (bp *boxProc) handOver() error {
+	if bp.zy != nil {
+		return bp.zy.handOver(bp)
+	}
 	filter := <-bp.filterc
 	bp.is.Seccomp = filter.prog
 	err := filter.err
@@ -201,7 +221,7 @@ func (bp *boxProc) kill() {
 // release closes the parent's ends and frees the box's resources (its cgroup, its
 // container). The caller has waited for init (or never started it).
 func (bp *boxProc) release(log *slog.Logger, tr *phaseTrace) {
-	for _, f := range []*os.File{bp.sock, bp.stdoutR, bp.stderrR, bp.reportR, bp.requestW} {
+	for _, f := range []*os.File{bp.sock, bp.stdoutR, bp.stderrR, bp.reportR, bp.requestW, bp.ctl} {
 		if f != nil {
 			f.Close()
 		}

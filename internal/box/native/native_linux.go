@@ -44,6 +44,8 @@ type Backend struct {
 	// fresh namespaces of this host, and Label names the backend.
 	Starter Starter
 	Label   string
+
+	zys zygotes // the zygotes of session specs that name one (zygote_linux.go)
 }
 
 // Name implements box.Backend.

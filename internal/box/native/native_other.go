@@ -19,6 +19,9 @@ var ErrUnsupported = errors.New("the native backend needs Linux (namespaces, sec
 // Name implements box.Backend.
 func (*Backend) Name() string { return "native" }
 
+// Close does nothing off Linux.
+func (*Backend) Close() error { return nil }
+
 // Run implements box.Backend.
 func (*Backend) Run(context.Context, *box.Spec) (*box.Result, error) { return nil, ErrUnsupported }
 

@@ -59,6 +59,11 @@ type initSpec struct {
 	// box's egress sockets (egress_linux.go); the box's resolv.conf then names the
 	// box's own DNS socket and Landlock lets the code connect to the proxy's port.
 	EgressFD int `json:"egress_fd"`
+	// Zygote makes the box a zygote's (zygote_linux.go): init starts Argv as the
+	// box's root, with the capabilities to make boxes and its control socket
+	// (init's ZygoteFD) as fd 3, instead of confining itself and the code.
+	Zygote   bool `json:"zygote"`
+	ZygoteFD int  `json:"zygote_fd"`
 
 	laps []string
 	last time.Time

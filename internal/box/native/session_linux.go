@@ -45,6 +45,13 @@ func (b *Backend) StartSession(ctx context.Context, spec *box.SessionSpec) (box.
 		return nil, err
 	}
 	lim := spec.Limits.WithDefaults()
+	if b.canZygote(spec, onStdin) {
+		s, err := b.startFromZygote(ctx, spec, lang.Name, lim)
+		if !errors.Is(err, errZygoteUnusable) {
+			return s, err
+		}
+		b.log().Debug("session box made cold", "why", err)
+	}
 	tr := newPhaseTrace(time.Now())
 	bp, err := b.launch(launchSpec{
 		language: lang.Name,
@@ -66,8 +73,14 @@ func (b *Backend) StartSession(ctx context.Context, spec *box.SessionSpec) (box.
 	if err != nil {
 		return nil, err
 	}
+	return b.beginSession(ctx, bp, lang.Name, lim)
+}
+
+// beginSession makes a session of a launched box and waits until its interpreter is
+// ready; on failure the box is destroyed.
+func (b *Backend) beginSession(ctx context.Context, bp *boxProc, lang string, lim box.Limits) (box.Session, error) {
 	s := &session{
-		b: b, bp: bp, lang: lang.Name, lim: lim,
+		b: b, bp: bp, lang: lang, lim: lim,
 		replies: make(chan reply, 4),
 		exitedc: make(chan agentMsg, 4),
 		done:    make(chan struct{}),
@@ -158,6 +171,9 @@ func (s *session) begin(ctx context.Context) error {
 		}
 		if m.Kind == "confined" {
 			abi = m.LandlockABI
+			if traceEnabled && m.Laps != "" {
+				s.b.log().Info("box setup", "laps", m.Laps)
+			}
 			continue
 		}
 		if m.Kind == "error" {

@@ -4,6 +4,7 @@ package caps
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,19 +25,22 @@ func LastCap() (int, error) {
 	return n, nil
 }
 
-// DropBounding removes every capability from the bounding set and clears the ambient
-// set of the calling thread, so no process it forks and no later execve can gain a
-// capability (file capabilities or setuid binaries included). The caller keeps its
-// current permitted set. Capability sets are per thread; a child inherits the sets of the
-// thread that forked it, so the caller must fork from this same thread.
+// DropBounding removes every capability but keep from the bounding set and clears the
+// ambient set of the calling thread, so no process it forks and no later execve can
+// gain another capability (file capabilities or setuid binaries included). The caller
+// keeps its current permitted set. Capability sets are per thread; a child inherits the
+// sets of the thread that forked it, so the caller must fork from this same thread.
 // Preconditions: must be called with the OS thread locked; CAP_SETPCAP in the caller's
 // user namespace.
-func DropBounding() error {
+func DropBounding(keep ...int) error {
 	last, err := LastCap()
 	if err != nil {
 		return err
 	}
 	for c := 0; c <= last; c++ {
+		if slices.Contains(keep, c) {
+			continue
+		}
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
 			return os.NewSyscallError(fmt.Sprintf("prctl(PR_CAPBSET_DROP, %d)", c), err)
 		}

@@ -6,6 +6,7 @@ import (
 	_ "embed" // Runner
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 
 	"github.com/moat-sandbox/moat/internal/box"
@@ -57,6 +58,17 @@ func SessionInterpreter(runner string, preload ...string) []string {
 		argv = append(argv, "--preload="+strings.Join(preload, ","))
 	}
 	return append(argv, "--session")
+}
+
+// ZygoteInterpreter returns the argv that starts a session interpreter (from
+// SessionInterpreter) as a zygote instead: preloaded, then forked into fresh boxes by
+// the native backend, each child going on as the session runner would
+// (box.SessionSpec.Zygote). Nil if argv is not a session runner's.
+func ZygoteInterpreter(argv []string) []string {
+	if len(argv) == 0 || argv[len(argv)-1] != "--session" {
+		return nil
+	}
+	return append(slices.Clone(argv[:len(argv)-1]), "--zygote", "--session")
 }
 
 // Support returns the files the engine places under /.moat for a Python run: the

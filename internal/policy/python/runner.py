@@ -4,6 +4,7 @@ The engine starts it inside the box, usually compiled (see policy/python.Compile
 
     /usr/bin/python3 -u -I /.moat/runner.pyc [--policy FILE] [--check-only] /.moat/main.py [ARGS...]
     /usr/bin/python3 -u -I /.moat/runner.pyc [--policy FILE] [--preload=MOD,...] --session
+    /usr/bin/python3 -u -I /.moat/runner.pyc [--policy FILE] [--preload=MOD,...] --zygote --session
 
 with the policy at /.moat/policy.json (or FILE) and a report channel on file
 descriptor 3 (and, in a session, a request channel on fd 4; see "Session"). It is
@@ -163,7 +164,9 @@ With --session the runner keeps one interpreter, and one __main__, for many call
 like a notebook kernel: variables, imports and functions persist. The request channel
 is fd 4 (moved off it, like fd 3, before any code runs); the report channel is
 required. Once the hook is installed the runner writes {"kind":"ready"}, then serves
-requests until fd 4 ends (status 0). A request is a header line of ASCII JSON,
+requests until fd 4 ends (status 0). With --zygote the runner, once preloaded, is
+moat's zygote (zygote.py beside it), forked into fresh boxes; in each, the forked
+interpreter goes on as a session runner (the native backend's zygote_linux.go). A request is a header line of ASCII JSON,
 {"id":N,"bytes":L} (0 <= N < 2**63, 0 <= L <= 8 MiB, no other keys, at most 200
 bytes), then exactly L bytes of UTF-8 code. A malformed header, or fd 4 ending inside
 a request, ends the runner with status 70 and a "moat: bad request" line on stderr:
@@ -1746,7 +1749,7 @@ def _main(argv):
     sys.dont_write_bytecode = True
     os.environ.setdefault('MPLBACKEND', 'Agg')
     policy_path, code_path, rest, check_only, session = '/.moat/policy.json', None, [], False, False
-    preload = []
+    preload, zygote = [], False
     args = argv[1:]
     while args:
         a = args.pop(0)
@@ -1760,23 +1763,30 @@ def _main(argv):
             check_only = True
         elif a == '--session':
             session = True
+        elif a == '--zygote':
+            zygote = True
         else:
             code_path, rest = a, args
             break
-    if (code_path is None) != session or (session and check_only) or (preload and not session):
+    if ((code_path is None) != session or (session and check_only) or (preload and not session)
+            or (zygote and not session)):
         _fail('usage: runner.py [--policy FILE] [--check-only] CODE [ARGS...]\n'
-              '       runner.py [--policy FILE] [--preload=MOD,...] --session')
+              '       runner.py [--policy FILE] [--preload=MOD,...] [--zygote] --session')
     runner_dir = os.path.dirname(os.path.abspath(argv[0]))
     policy_path = os.path.abspath(policy_path)
 
     loads, quote = _json_codec()
-    report = _open_report()
-    emit = _make_emit(report, quote)
     try:
         with open(policy_path, 'rb') as fh:
             p = _Policy(loads(fh.read().decode('utf-8')))
     except (OSError, ValueError, UnicodeDecodeError) as e:
         _fail('cannot load the Python policy %s: %s' % (policy_path, e))
+    if zygote:
+        _preload(preload)
+        preload = ()
+        _serve_zygote(runner_dir)  # returns in a fresh box's interpreter only
+    report = _open_report()
+    emit = _make_emit(report, quote)
     if session:
         if report is None:
             _fail('--session needs the report channel on fd 3')
@@ -1997,6 +2007,39 @@ def _make_reader(fd, loads):
     return read
 
 
+def _preload(names):
+    """Imports a profile's preload modules, before the hook: the profile allows them
+    (the config checks it), and the code pays nothing for them."""
+    for name in names:
+        if not all(part.isidentifier() for part in name.split('.')):
+            _fail('--preload: %r is not a module name' % name)
+        try:
+            __import__(name)
+        except BaseException:  # a module that fails is the code's to see when it imports it
+            pass
+
+
+def _serve_zygote(runner_dir):
+    """--zygote: hands this interpreter, preloaded and not yet hooked, to moat's
+    zygote (zygote.py beside the runner, from the native backend), which forks it into
+    fresh boxes. Returns only in a box's interpreter, confined, with the session's
+    fds in place; what the zygote imported for itself is dropped from sys.modules, so
+    that the code's imports of them meet the policy as anywhere else."""
+    before = set(sys.modules)
+    path = os.path.join(runner_dir, 'zygote.py')
+    try:
+        with open(path, 'rb') as fh:
+            code = compile(fh.read(), path, 'exec', dont_inherit=True)
+    except (OSError, SyntaxError) as e:
+        _fail('cannot load the zygote %s: %s' % (path, e))
+    g = {'__name__': '_moat_zygote', '__file__': path}
+    exec(code, g)
+    g['serve']()
+    g.clear()
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
 def _session(p, emit, loads, runner_dir, policy_path, preload=()):
     """Runs the requests of the request channel as calls in one __main__ until the
     channel ends (see "Session" in the module docstring). Returns 0 at its end; a
@@ -2011,13 +2054,7 @@ def _session(p, emit, loads, runner_dir, policy_path, preload=()):
     read = _make_reader(fd, loads)
     cache = linecache.cache
 
-    for name in preload:
-        if not all(part.isidentifier() for part in name.split('.')):
-            _fail('--preload: %r is not a module name' % name)
-        try:
-            __import__(name)
-        except BaseException:  # a module that fails is the code's to see when it imports it
-            pass
+    _preload(preload)
     cwd = os.getcwd()
     g = _new_main(p, None)
     main_builtins = g['__builtins__']

@@ -1,0 +1,473 @@
+"""moat's zygote: a preloaded Python interpreter forked into fresh boxes.
+
+The policy runner (runner.py --zygote) imports the profile's modules, then calls
+serve(). serve() returns only in a box's interpreter, once that box is made and
+confined; the runner then serves the box's session as in a box made cold. The
+design and the security argument are in zygote_linux.go; this file carries them
+out. Every number, list and filter comes from the server (/.moat/zygote.json and
+each fork request): nothing here decides what a box may do.
+
+Processes:
+
+    Z  the zygote: uid 0 of the zygote box's user namespace U, with the
+       capabilities to make namespaces and mounts, and no untrusted code ever.
+       Per request it forks J into a new PID namespace.
+    J  the box's PID 1 (the agent): new mount, network, IPC and UTS namespaces,
+       fresh /tmp, /workspace, /dev/shm and /proc; moved into the box's cgroup by
+       the server; then a user namespace of its own as uid/gid 65534, no
+       capabilities, no_new_privs, the box's Landlock ruleset and seccomp filter.
+       It forks L, reports its end, serves start and signal requests.
+    L  the interpreter, forked by J: it inherits all of J's confinement.
+"""
+
+import ctypes
+import fcntl
+import json
+import os
+import platform
+import select
+import signal
+import socket
+import struct
+import sys
+
+CONFIG = '/.moat/zygote.json'
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+
+PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP = 22
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+SECCOMP_MODE_FILTER = 2
+CAP_V3 = 0x20080522
+
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+
+SYSCALLS = {
+    'x86_64': {'capset': 126, 'landlock_restrict_self': 446},
+    'aarch64': {'capset': 91, 'landlock_restrict_self': 446},
+}
+
+MAX_FRAME = 4 << 20
+_laps = []
+CHUNK_BIT = 1 << 31
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                        ctypes.c_char_p]
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                        ctypes.c_ulong]
+_libc.syscall.restype = ctypes.c_long
+
+
+class Failed(Exception):
+    """A setup step failed; step names match the Go init's (init_linux.go)."""
+
+    def __init__(self, step, detail, errno=0):
+        Exception.__init__(self, detail)
+        self.step, self.errno = step, errno
+
+
+def _lap(cfg, name, last=[0.0]):
+    """Records the time since the previous lap when the server traces (its
+    MOAT_DEBUG_PHASES); J sends them with its confined message."""
+    if cfg.get('trace'):
+        import time
+        now = time.monotonic()
+        if last[0]:
+            _laps.append('%s=%dus' % (name, (now - last[0]) * 1e6))
+        last[0] = now
+
+
+def _check(ret, step, what):
+    if ret < 0:
+        e = ctypes.get_errno()
+        raise Failed(step, '%s: %s' % (what, os.strerror(e)), e)
+
+
+def _mount(step, src, dst, fstype, flags, data=None):
+    enc = lambda s: None if s is None else s.encode()
+    _check(_libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)), step,
+           'mount %s on %s' % (src or fstype, dst))
+
+
+def _syscall(name, *args):
+    nr = SYSCALLS[platform.machine()][name]
+    return _libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+
+
+def serve():
+    """The zygote's loop: one box per request on fd 3 (a SOCK_SEQPACKET socket; a
+    request is a JSON object and five fds). Returns only in a box's interpreter."""
+    with open(CONFIG, 'rb') as fh:
+        cfg = json.loads(fh.read())
+    ctl = socket.socket(fileno=3)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps each J
+    pidns = os.open('/proc/self/ns/pid', os.O_RDONLY | os.O_CLOEXEC)
+    ctl.sendall(b'{"kind":"ready"}')
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 8)
+        except InterruptedError:
+            continue
+        if not msg:
+            os._exit(0)  # the server is gone: so is the zygote box
+        try:
+            req = json.loads(msg)
+            ok = len(fds) == 5 and isinstance(req, dict)
+        except ValueError:
+            ok = False
+        pid = -1
+        if ok:
+            # The new PID namespace is for the next child only: setns takes the
+            # zygote's own back right after the fork.
+            if _libc.unshare(CLONE_NEWPID) == 0:
+                try:
+                    pid = os.fork()
+                except OSError:
+                    pid = -1
+                if pid == 0:
+                    os.close(pidns)
+                    ctl.close()
+                    _box(cfg, req, fds)  # returns in the interpreter only
+                    return
+                if _libc.setns(pidns, CLONE_NEWPID) != 0:
+                    os._exit(70)  # cannot make the next box right: let the server see
+        # The server sees a failed fork as its sync socket closing unanswered.
+        for fd in fds:
+            os.close(fd)
+
+
+def _box(cfg, req, fds):
+    """J: makes and confines the box, then serves it. Returns in L only."""
+    sync, out, err, rep, reqfd = fds
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # PID 1 gets only the signals it handles from inside its namespace: none but
+    # SIGCHLD, so the code cannot stop or interrupt it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    sock = socket.socket(fileno=sync)
+    try:
+        abi = _setup(cfg, req, sock)
+    except Failed as e:
+        _send(sock, {'kind': 'error', 'step': e.step, 'detail': str(e), 'errno': e.errno})
+        os._exit(1)
+    except Exception as e:  # a bug: say so rather than leave the server waiting
+        _send(sock, {'kind': 'error', 'step': 'setup', 'detail': '%s: %s' % (type(e).__name__, e)})
+        os._exit(1)
+    _send(sock, {'kind': 'confined', 'landlock_abi': abi, 'laps': ' '.join(_laps)})
+    if _agent(sock, (out, err, rep, reqfd)):
+        sock.detach()  # closed already (_interpreter): never close the number again
+        return
+    os._exit(0)
+
+
+def _setup(cfg, req, sock):
+    """The box's namespaces, mounts, cgroup and confinement, in the order the Go
+    init applies them (init_linux.go setup and confine). Returns the Landlock ABI."""
+    uid, gid = cfg['box_uid'], cfg['box_gid']
+    _lap(cfg, 'start')
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), 'mount',
+           'unshare')
+    _mount('mount', None, '/', None, MS_REC | MS_PRIVATE)
+    _mount('mount', 'tmpfs', '/tmp', 'tmpfs', MS_NOSUID | MS_NODEV,
+           'mode=1777,size=%d' % req['tmp'])
+    _mount('mount', 'tmpfs', '/workspace', 'tmpfs', MS_NOSUID | MS_NODEV,
+           'mode=0755,size=%d,uid=%d,gid=%d' % (req['disk'], uid, gid))
+    _mount('mount', 'tmpfs', '/dev/shm', 'tmpfs', MS_NOSUID | MS_NODEV | MS_NOEXEC,
+           'mode=1777,size=%d' % req['tmp'])
+    _mount('mount', 'proc', '/proc', 'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for name in cfg['proc_masked']:
+        p = '/proc/' + name
+        if os.path.lexists(p):
+            _mount('mount', '/dev/null', p, None, MS_BIND)
+    for name in cfg['proc_read_only']:
+        p = '/proc/' + name
+        if os.path.lexists(p):
+            _mount('mount', p, p, None, MS_BIND | MS_REC)
+            _mount('mount', p, p, None,
+                   MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _lap(cfg, 'mounts')
+    _loopback_up()
+    _lap(cfg, 'lo')
+
+    # The server moves J into the box's cgroup, builds the Landlock ruleset on this
+    # mount tree and sends it back.
+    _send(sock, {'kind': 'hello'})
+    ruleset = _await_go(sock)
+    _lap(cfg, 'await-go')
+    _check(_libc.unshare(CLONE_NEWCGROUP), 'cgroup-namespace', 'unshare(CLONE_NEWCGROUP)')
+
+    import resource
+    try:
+        for res, v in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_NOFILE, req['nofile']),
+                       (resource.RLIMIT_CPU, req['cpu'])):
+            # Lower only (-1 is infinity): raising past the hard limit needs
+            # CAP_SYS_RESOURCE in the host's namespace.
+            hard = resource.getrlimit(res)[1]
+            if hard != resource.RLIM_INFINITY and (v == resource.RLIM_INFINITY or v > hard):
+                v = hard
+            resource.setrlimit(res, (v, v))
+    except (OSError, ValueError) as e:
+        raise Failed('rlimits', 'setrlimit: %s' % e)
+
+    # The box's own user namespace, as the box's user: its processes are counted
+    # (RLIMIT_NPROC and the other per-user limits) apart from every other box's.
+    try:
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    except OSError as e:
+        raise Failed('capabilities', 'set the box user: %s' % e, e.errno or 0)
+    _check(_libc.unshare(CLONE_NEWUSER), 'capabilities', 'unshare(CLONE_NEWUSER)')
+    # Changing uid made J not dumpable, which gives its /proc files to root: its own
+    # maps could not be written. It is made not dumpable again below.
+    _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), 'capabilities', 'PR_SET_DUMPABLE')
+    try:
+        for name, data in (('setgroups', 'deny'), ('uid_map', '%d %d 1' % (uid, uid)),
+                           ('gid_map', '%d %d 1' % (gid, gid))):
+            with open('/proc/self/' + name, 'w') as fh:
+                fh.write(data)
+        # The code's exact process limit; J, the same user here, is one of them.
+        nproc = req['pids'] + 1
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    except (OSError, ValueError) as e:
+        raise Failed('capabilities', 'user namespace: %s' % e, getattr(e, 'errno', 0) or 0)
+    _lap(cfg, 'userns')
+    with open('/proc/sys/kernel/cap_last_cap', 'rb') as fh:
+        last = int(fh.read())
+    for c in range(last + 1):
+        _check(_libc.prctl(PR_CAPBSET_DROP, c, 0, 0, 0), 'capabilities', 'PR_CAPBSET_DROP')
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), 'capabilities',
+           'PR_CAP_AMBIENT_CLEAR_ALL')
+    hdr = (ctypes.c_uint32 * 2)(CAP_V3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    _check(_syscall('capset', ctypes.addressof(hdr), ctypes.addressof(data)), 'capabilities',
+           'capset')
+    _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), 'capabilities', 'PR_SET_DUMPABLE')
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 'no-new-privs', 'PR_SET_NO_NEW_PRIVS')
+
+    abi = 0
+    if ruleset is not None:
+        fd, abi = ruleset
+        _check(_syscall('landlock_restrict_self', fd, 0), 'landlock', 'landlock_restrict_self')
+        os.close(fd)
+    _lap(cfg, 'caps+landlock')
+    _install_seccomp(bytes.fromhex(cfg['seccomp']))
+    _lap(cfg, 'seccomp')
+    return abi
+
+
+def _loopback_up():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        ifr = bytearray(struct.pack('16sH22x', b'lo', 0))
+        fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, ifr)
+        flags = struct.unpack_from('H', ifr, 16)[0] | IFF_UP
+        fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack('16sH22x', b'lo', flags))
+    except OSError as e:
+        raise Failed('loopback', 'bring lo up: %s' % e, e.errno or 0)
+    finally:
+        s.close()
+
+
+def _install_seccomp(blob):
+    """Loads the filter stack the server encoded (seccomp.Encoded): per filter a
+    little-endian uint32 count, then that many 8-byte instructions."""
+    class Fprog(ctypes.Structure):
+        _fields_ = [('len', ctypes.c_ushort), ('filter', ctypes.c_void_p)]
+    n = 0
+    while blob:
+        count = struct.unpack_from('<I', blob)[0]
+        prog = blob[4:4 + 8 * count]
+        if count == 0 or len(prog) != 8 * count:
+            raise Failed('seccomp', 'malformed filter')
+        buf = ctypes.create_string_buffer(prog, len(prog))
+        fp = Fprog(count, ctypes.addressof(buf))
+        _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fp), 0, 0),
+               'seccomp', 'PR_SET_SECCOMP')
+        blob = blob[4 + 8 * count:]
+        n += 1
+    if n == 0:
+        raise Failed('seccomp', 'no filter')
+
+
+def _await_go(sock):
+    """Reads the server's go frame and the Landlock ruleset fd with it; returns
+    (fd, abi) or None when the kernel has no Landlock."""
+    try:
+        data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 1)
+        while len(data) < 4 or len(data) < 4 + struct.unpack_from('>I', data)[0]:
+            more = sock.recv(1 << 16)
+            if not more:
+                break
+            data += more
+        n = struct.unpack_from('>I', data)[0]
+        msg = json.loads(data[4:4 + n])
+    except (OSError, ValueError, struct.error) as e:
+        raise Failed('await-go', 'read the go frame: %s' % e)
+    if not msg.get('go'):
+        raise Failed('await-go', 'the server aborted the box')
+    abi = msg.get('landlock_abi', 0)
+    if abi:
+        if len(fds) != 1:
+            raise Failed('await-go', 'no Landlock ruleset with the go frame')
+        return fds[0], abi
+    for fd in fds:
+        os.close(fd)
+    return None
+
+
+def _send(sock, msg):
+    body = json.dumps(msg).encode()
+    try:
+        sock.sendall(struct.pack('>I', len(body)) + body)
+        return True
+    except OSError:
+        return False
+
+
+def _read_frame(sock):
+    """One frame from the server; None at its end or on a broken frame."""
+    def exactly(n):
+        buf = b''
+        while len(buf) < n:
+            b = sock.recv(n - len(buf))
+            if not b:
+                return None
+            buf += b
+        return buf
+    hdr = exactly(4)
+    if hdr is None:
+        return None
+    n = struct.unpack('>I', hdr)[0]
+    if n & CHUNK_BIT or n > MAX_FRAME:
+        return None  # no data follows any request a zygote box serves
+    body = exactly(n)
+    if body is None:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def _agent(sock, fds):
+    """J's life once confined: starts L, tells the server of each end of it, serves
+    start and signal requests until the server closes the socket. Returns True in
+    a newly forked L."""
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(w)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    poller.register(r, select.POLLIN)
+    child, started = 0, False
+
+    def start():
+        nonlocal child, started
+        if started:
+            _drain(fds[3])
+        started = True
+        child = os.fork()
+        return child == 0
+
+    if start():
+        _interpreter(fds)
+        return True
+    if not _send(sock, {'kind': 'started'}):
+        return False
+    while True:
+        try:
+            ready = poller.poll()
+        except InterruptedError:
+            continue
+        try:
+            while os.read(r, 64):
+                pass
+        except BlockingIOError:
+            pass
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            if pid == child:
+                child = 0
+                msg = {'kind': 'exited'}
+                if os.WIFSIGNALED(status):
+                    msg['signal'] = os.WTERMSIG(status)
+                    msg['exit_code'] = 128 + msg['signal']
+                else:
+                    msg['exit_code'] = os.waitstatus_to_exitcode(status)
+                if not _send(sock, msg):
+                    return False
+        if not any(fd == sock.fileno() for fd, _ in ready):
+            continue
+        m = _read_frame(sock)
+        if m is None:
+            return False  # the server closed the box
+        op = m.get('op')
+        if op == 'start':
+            if child == 0 and start():
+                _interpreter(fds)
+                return True
+            if not _send(sock, {'kind': 'started'}):
+                return False
+        elif op == 'signal':
+            sig = m.get('signal')
+            if child and sig in (signal.SIGINT, signal.SIGKILL):
+                try:
+                    os.killpg(child, sig)
+                except OSError:
+                    pass
+        elif not _send(sock, {'kind': 'fail', 'code': 'failed',
+                              'error': 'operation %r is served by the server in this box' % op}):
+            return False
+
+
+def _drain(fd):
+    """Drops what an ended interpreter left unread in the request pipe."""
+    os.set_blocking(fd, False)
+    try:
+        while os.read(fd, 1 << 16):
+            pass
+    except BlockingIOError:
+        pass
+    finally:
+        os.set_blocking(fd, True)
+
+
+def _interpreter(fds):
+    """L, right after the fork: the session's fds as the Go init gives them (0
+    /dev/null, 1 and 2 the output, 3 the report, 4 the requests), nothing else
+    open, in /workspace, in a session of its own; then back to the runner."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.setsid()
+    null = os.open('/dev/null', os.O_RDWR)
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64) for fd in (null,) + tuple(fds)]
+    for i, fd in enumerate(high):
+        os.dup2(fd, i)
+    os.closerange(5, os.sysconf('SC_OPEN_MAX'))
+    os.chdir('/workspace')
+    # Forked interpreters share the zygote's random state: reseed what is seeded once.
+    nprand = sys.modules.get('numpy.random')
+    if nprand is not None:
+        try:
+            nprand.seed()
+        except Exception:
+            pass
