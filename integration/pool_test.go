@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,18 +25,44 @@ import (
 // hold) from boxes made ahead of time. A pooled box must hold exactly as a cold one;
 // each box serves one attack, so no attack sees another's traces either. The host is
 // checked once the server has stopped (its pooled boxes live while it runs).
+//
+// The native backend forks each pooled box from a zygote, and the result's isolation
+// says so: an attack served from the pool (the server's pool hits counter moved) must
+// list "zygote", one served by a box made for it must not. Python attacks with the
+// profile's own limits are all served from the pool, so a server whose pool silently
+// made its boxes cold fails here.
 func TestAttacksPooled(t *testing.T) {
 	testutil.RequireRoot(t)
 	before := snapshotHost(t)
-	s := startServer(t, serverOpts{pool: "{size: 2, warm: [open]}"})
+	// Room for the keys of every attack's limits: none is dropped to make room for
+	// another, so the warm key's boxes are always there.
+	s := startServer(t, serverOpts{pool: "{size: 2, warm: [open], max_keys: 16}"})
 	f := newFixtures(t, -1)
 	env := []string{"MOAT_TOKEN=" + keyAlice}
+	var pooled, warmKey int // attacks served from the pool; Python attacks of the warm key
 	for _, a := range attacks() {
 		t.Run(a.name, func(t *testing.T) {
 			args := append([]string{"run", "--server", s.url, "--json", "--profile", "open", "--lang", a.lang}, a.args...)
+			hitsBefore := awaitPoolFull(t, s)
 			o := moatExecEnv(t, env, f.expand(a.code), args...)
 			if err := json.Unmarshal([]byte(o.stdout), &o.res); o.exit != 0 || err != nil {
 				t.Fatalf("moat run --server failed (%v):\n%s\n%s", err, o, o.stdout)
+			}
+			hit := metricsOf(t, s)["moat_pool_hits_total"] > hitsBefore
+			if hit != slices.Contains(o.res.Isolation, "zygote") {
+				t.Errorf("served from the pool %v, isolation %v: want \"zygote\" exactly in pooled boxes", hit, o.res.Isolation)
+			}
+			if hit {
+				pooled++
+			}
+			if a.lang == "python" && len(a.args) == 0 {
+				warmKey++
+				if !hit {
+					t.Errorf("a Python attack with the warm profile's limits was not served from the pool (isolation %v)", o.res.Isolation)
+				}
+			}
+			if a.lang != "python" && hit {
+				t.Errorf("a %s attack was served from the pool", a.lang)
 			}
 			okStatus := false
 			for _, st := range a.status {
@@ -56,8 +83,27 @@ func TestAttacksPooled(t *testing.T) {
 	if !strings.Contains(s.stderr.String(), "warm pool: on") {
 		t.Fatalf("the server ran without its warm pool:\n%s", s.stderr)
 	}
+	t.Logf("%d attacks served from the pool, %d Python attacks with the warm profile's limits", pooled, warmKey)
+	if warmKey < 10 {
+		t.Errorf("only %d Python attacks with the warm profile's limits: the pool was hardly tested", warmKey)
+	}
 	s.stop(t, 30*time.Second)
 	checkHostClean(t, before)
+}
+
+// awaitPoolFull waits until s's warm pool makes no box (every key it keeps has its
+// ready boxes) and returns its hits so far.
+func awaitPoolFull(t *testing.T, s *server) float64 {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		m := metricsOf(t, s)
+		if m["moat_pool_making"] == 0 && m["moat_pool_ready"] >= 2 {
+			return m["moat_pool_hits_total"]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the warm pool is still making boxes after 30s: ready %v, making %v", m["moat_pool_ready"], m["moat_pool_making"])
+		}
+	}
 }
 
 // soakDuration is how long TestPoolSoak keeps its clients busy, as issue 7 asks.

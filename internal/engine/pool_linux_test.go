@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,6 +52,17 @@ func waitReady(t *testing.T, e *Engine, n int) {
 	}
 }
 
+// checkZygote fails unless a box taken from the pool (pooled) was forked from a
+// zygote, and a box made for its caller was not: the native backend forks every
+// pooled Python box from its zygote, and says so in its isolation. A pool that
+// silently made its boxes cold would pass every other check.
+func checkZygote(t *testing.T, what string, pooled bool, isolation []string) {
+	t.Helper()
+	if slices.Contains(isolation, "zygote") != pooled {
+		t.Fatalf("%s: from the pool %v, isolation %v: want \"zygote\" exactly in pooled boxes", what, pooled, isolation)
+	}
+}
+
 // TestPoolBoxServesOnce runs executions that each leave traces of every kind in
 // their box; a later execution must find none of them, pooled or not.
 func TestPoolBoxServesOnce(t *testing.T) {
@@ -67,6 +80,7 @@ trace_var = 1
 subprocess.Popen(['sleep', '1000'])
 `
 	for i := 0; i < 6; i++ {
+		hits := e.PoolStats().Hits
 		res, err := e.Execute(context.Background(), &Request{Language: "python", Code: []byte(code), Profile: "open"})
 		if err != nil {
 			t.Fatal(err)
@@ -74,6 +88,7 @@ subprocess.Popen(['sleep', '1000'])
 		if res.Status != box.StatusOK || res.Stdout != "seen [] procs 0 env None mod False var False\n" {
 			t.Fatalf("execution %d saw a previous one: %+v", i, res)
 		}
+		checkZygote(t, fmt.Sprintf("execution %d", i), e.PoolStats().Hits > hits, res.Isolation)
 		time.Sleep(200 * time.Millisecond) // let the pool refill, so most runs are hits
 	}
 	if st := e.PoolStats(); st.Hits < 3 {
@@ -86,11 +101,24 @@ subprocess.Popen(['sleep', '1000'])
 func TestPoolTimeoutKillsTheBox(t *testing.T) {
 	e := pooledEngine(t, PoolOptions{Size: 1, Warm: []string{"default"}})
 	waitReady(t, e, 1)
+	// The timeout is one of the limits that key the pool: a first execution with it
+	// (made for its caller) makes the pool keep boxes for it.
+	lim := box.Limits{Timeout: time.Second}
+	res, err := e.Execute(context.Background(), &Request{Language: "python", Code: []byte("pass"), Limits: lim})
+	if err != nil || res.Status != box.StatusOK {
+		t.Fatalf("warm the key: %+v %v", res, err)
+	}
+	waitReady(t, e, 2)
 	start := time.Now()
-	res, err := e.Execute(context.Background(), &Request{Language: "python", Code: []byte("print('started', flush=True)\nwhile True:\n    pass"), Limits: box.Limits{Timeout: time.Second}})
+	hits := e.PoolStats().Hits
+	res, err = e.Execute(context.Background(), &Request{Language: "python", Code: []byte("print('started', flush=True)\nwhile True:\n    pass"), Limits: lim})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if e.PoolStats().Hits != hits+1 {
+		t.Fatalf("the execution did not come from the pool: %+v", e.PoolStats())
+	}
+	checkZygote(t, "the timed-out execution", true, res.Isolation)
 	if res.Status != box.StatusTimeout || res.Stdout != "started\n" || !strings.Contains(res.Stderr, "killed after the timeout of 1s") {
 		t.Fatalf("timeout: %+v", res)
 	}
@@ -106,6 +134,7 @@ func TestPoolUnderLoadAndClose(t *testing.T) {
 	waitReady(t, e, 2)
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
+	var forked atomic.Int64 // executions whose box came from the zygote
 	for c := 0; c < 4; c++ {
 		wg.Go(func() {
 			for i := 0; i < 8; i++ {
@@ -115,6 +144,8 @@ func TestPoolUnderLoadAndClose(t *testing.T) {
 					errs <- err
 				case res.Status != box.StatusOK || res.Stdout != fmt.Sprintf("%d\n", c*i):
 					errs <- fmt.Errorf("client %d run %d: %+v", c, i, res)
+				case slices.Contains(res.Isolation, "zygote"):
+					forked.Add(1)
 				}
 			}
 		})
@@ -123,6 +154,10 @@ func TestPoolUnderLoadAndClose(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+	// Every box the pool served, and only those, was forked from the zygote.
+	if st := e.PoolStats(); forked.Load() != st.Hits || st.Hits == 0 {
+		t.Errorf("%d executions in zygote boxes, pool stats %+v: want one per pool hit", forked.Load(), st)
 	}
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
@@ -157,12 +192,17 @@ func TestPoolPreloadAndSessions(t *testing.T) {
 	}
 	waitReady(t, e, 1)
 	code := "import sys\nprint('pandas' in sys.modules)\nimport pandas as pd\nprint(int(pd.DataFrame({'a': [1, 2]}).sum()['a']))"
+	hits := e.PoolStats().Hits
 	res, err := e.Execute(context.Background(), &Request{Language: "python", Code: []byte(code), Profile: "pre"})
 	if err != nil || res.Status != box.StatusOK || res.Stdout != "True\n3\n" {
 		t.Fatalf("pooled execution with preload: %+v %v", res, err)
 	}
+	if e.PoolStats().Hits != hits+1 {
+		t.Fatalf("the execution did not come from the pool: %+v", e.PoolStats())
+	}
+	checkZygote(t, "pooled execution with preload", true, res.Isolation)
 	waitReady(t, e, 1)
-	hits := e.PoolStats().Hits
+	hits = e.PoolStats().Hits
 	info, err := e.CreateSession(context.Background(), &SessionRequest{Owner: "o", Language: "python", Profile: "pre"})
 	if err != nil {
 		t.Fatal(err)
@@ -170,13 +210,18 @@ func TestPoolPreloadAndSessions(t *testing.T) {
 	if e.PoolStats().Hits != hits+1 {
 		t.Fatalf("the session did not come from the pool: %+v", e.PoolStats())
 	}
+	checkZygote(t, "session from the pool", true, info.Isolation)
 	res, err = e.SessionExecute(context.Background(), "o", info.ID, &CallRequest{Code: []byte("x = 2\nx * 21")})
 	if err != nil || res.Result == nil || *res.Result != "42" {
 		t.Fatalf("session from the pool: %+v %v", res, err)
 	}
-	// Without preload, the module is not there before the code imports it.
+	checkZygote(t, "a call in the session from the pool", true, res.Isolation)
+	// Without preload, the module is not there before the code imports it (a key the
+	// pool does not hold yet: a box made for the execution).
+	hits = e.PoolStats().Hits
 	res, err = e.Execute(context.Background(), &Request{Language: "python", Code: []byte("import sys\nprint('pandas' in sys.modules)")})
 	if err != nil || res.Stdout != "False\n" {
 		t.Fatalf("default profile: %+v %v", res, err)
 	}
+	checkZygote(t, "default profile", e.PoolStats().Hits > hits, res.Isolation)
 }
