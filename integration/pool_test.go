@@ -28,7 +28,8 @@ import (
 //
 // The native backend forks each pooled box from a zygote, and the result's isolation
 // says so: an attack served from the pool (the server's pool hits counter moved) must
-// list "zygote", one served by a box made for it must not. Python attacks with the
+// list "zygote" (a miss may be forked at once from its key's zygote too, or made
+// cold when the key is new). Python attacks with the
 // profile's own limits are all served from the pool, so a server whose pool silently
 // made its boxes cold fails here.
 func TestAttacksPooled(t *testing.T) {
@@ -49,8 +50,8 @@ func TestAttacksPooled(t *testing.T) {
 				t.Fatalf("moat run --server failed (%v):\n%s\n%s", err, o, o.stdout)
 			}
 			hit := metricsOf(t, s)["moat_pool_hits_total"] > hitsBefore
-			if hit != slices.Contains(o.res.Isolation, "zygote") {
-				t.Errorf("served from the pool %v, isolation %v: want \"zygote\" exactly in pooled boxes", hit, o.res.Isolation)
+			if hit && !slices.Contains(o.res.Isolation, "zygote") {
+				t.Errorf("served from the pool, isolation %v: want \"zygote\"", o.res.Isolation)
 			}
 			if hit {
 				pooled++

@@ -41,6 +41,15 @@ type SessionSpec struct {
 	Zygote []string
 }
 
+// A ZygoteBackend is a SessionBackend that can fork boxes from a zygote
+// (SessionSpec.Zygote).
+type ZygoteBackend interface {
+	SessionBackend
+	// ZygoteReady says whether spec's zygote runs, so that a box of spec starts in
+	// milliseconds.
+	ZygoteReady(spec *SessionSpec) bool
+}
+
 // Call is one execution in a session.
 type Call struct {
 	Code []byte

@@ -170,7 +170,7 @@ func (e *Engine) Execute(ctx context.Context, req *Request) (res *box.Result, er
 		spec.Network, spec.Egress = box.NetworkEgress, eg
 		spec.Support = append(spec.Support, plan.support...)
 	} else {
-		pooled = e.takePooled(lang.Name, name, lim, spec.Env, func() *box.SessionSpec { return e.oneShotSpec(spec, name, prof) })
+		pooled = e.takePooled(ctx, lang.Name, name, lim, spec.Env, func() *box.SessionSpec { return e.oneShotSpec(spec, name, prof) })
 	}
 	switch {
 	case pooled != nil:

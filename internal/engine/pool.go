@@ -331,11 +331,37 @@ func (p *pool) warm(key poolKey, spec *box.SessionSpec) {
 // box could not be a pooled one: only Python is pooled, and a box with its own
 // environment variables is made for its caller. spec makes the spec of the key's
 // boxes (only for a key the pool does not hold yet).
-func (e *Engine) takePooled(lang, profile string, lim box.Limits, env []string, spec func() *box.SessionSpec) box.Session {
+func (e *Engine) takePooled(ctx context.Context, lang, profile string, lim box.Limits, env []string, spec func() *box.SessionSpec) box.Session {
 	if e.pool == nil || lang != "python" || len(env) > 0 {
 		return nil
 	}
-	return e.pool.take(poolKey{lang: lang, profile: profile, limits: lim}, func() *box.SessionSpec { return pooledSpec(spec()) })
+	key := poolKey{lang: lang, profile: profile, limits: lim}
+	if s := e.pool.take(key, func() *box.SessionSpec { return pooledSpec(spec()) }); s != nil {
+		return s
+	}
+	// A miss. Where the backend forks the key's boxes from a running zygote, making
+	// one now costs what the pool pays for it: far less than a cold box.
+	zb, ok := e.backend.(box.ZygoteBackend)
+	ps := e.pool.spec(key)
+	if !ok || ps == nil || !zb.ZygoteReady(ps) {
+		return nil
+	}
+	s, err := zb.StartSession(ctx, ps)
+	if err != nil {
+		e.log.Debug("warm pool: a box for a miss failed to start; the execution goes cold", "err", err)
+		return nil
+	}
+	return s
+}
+
+// spec returns the spec of key's boxes, nil if the pool does not hold key.
+func (p *pool) spec(key poolKey) *box.SessionSpec {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.keys[key]; e != nil {
+		return e.spec
+	}
+	return nil
 }
 
 // pooledSpec is the spec of a key's boxes: spec, with the zygote that backends able

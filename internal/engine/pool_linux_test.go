@@ -58,8 +58,8 @@ func waitReady(t *testing.T, e *Engine, n int) {
 // silently made its boxes cold would pass every other check.
 func checkZygote(t *testing.T, what string, pooled bool, isolation []string) {
 	t.Helper()
-	if slices.Contains(isolation, "zygote") != pooled {
-		t.Fatalf("%s: from the pool %v, isolation %v: want \"zygote\" exactly in pooled boxes", what, pooled, isolation)
+	if pooled && !slices.Contains(isolation, "zygote") {
+		t.Fatalf("%s: from the pool, isolation %v: want \"zygote\"", what, isolation)
 	}
 }
 
@@ -155,9 +155,10 @@ func TestPoolUnderLoadAndClose(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	// Every box the pool served, and only those, was forked from the zygote.
-	if st := e.PoolStats(); forked.Load() != st.Hits || st.Hits == 0 {
-		t.Errorf("%d executions in zygote boxes, pool stats %+v: want one per pool hit", forked.Load(), st)
+	// Every box was forked from the key's zygote, running since the pool filled: a
+	// pool hit, or a miss made at once from the zygote.
+	if st := e.PoolStats(); forked.Load() != 32 || st.Hits == 0 {
+		t.Errorf("%d of 32 executions in zygote boxes, pool stats %+v: want all", forked.Load(), st)
 	}
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
@@ -224,4 +225,7 @@ func TestPoolPreloadAndSessions(t *testing.T) {
 		t.Fatalf("default profile: %+v %v", res, err)
 	}
 	checkZygote(t, "default profile", e.PoolStats().Hits > hits, res.Isolation)
+	if slices.Contains(res.Isolation, "zygote") {
+		t.Fatalf("default profile: the first box of a key the pool did not hold came from a zygote: %v", res.Isolation)
+	}
 }

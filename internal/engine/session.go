@@ -188,7 +188,7 @@ func (e *Engine) CreateSession(ctx context.Context, req *SessionRequest) (_ Sess
 	} else {
 		// A box from the warm pool serves a session as well as an execution: it
 		// has never run code, and it is destroyed with the session.
-		sb = e.takePooled(lang.Name, name, lim, req.Env, func() *box.SessionSpec { return spec })
+		sb = e.takePooled(ctx, lang.Name, name, lim, req.Env, func() *box.SessionSpec { return spec })
 	}
 	if sb == nil {
 		if sb, err = e.backend.(box.SessionBackend).StartSession(ctx, spec); err != nil {

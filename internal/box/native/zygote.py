@@ -25,6 +25,7 @@ import fcntl
 import json
 import os
 import platform
+import resource
 import select
 import signal
 import socket
@@ -102,8 +103,11 @@ def _mount(step, src, dst, fstype, flags, data=None):
            'mount %s on %s' % (src or fstype, dst))
 
 
+_NR = SYSCALLS.get(platform.machine(), {})
+
+
 def _syscall(name, *args):
-    nr = SYSCALLS[platform.machine()][name]
+    nr = _NR[name]
     return _libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
 
 
@@ -115,6 +119,11 @@ def serve():
     ctl = socket.socket(fileno=3)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps each J
     pidns = os.open('/proc/self/ns/pid', os.O_RDONLY | os.O_CLOEXEC)
+    # Every object so far is shared with the boxes, page by page, until written:
+    # keep the collector from walking (and so copying) them in each box.
+    import gc
+    gc.collect()
+    gc.freeze()
     ctl.sendall(b'{"kind":"ready"}')
     while True:
         try:
@@ -208,7 +217,6 @@ def _setup(cfg, req, sock):
     _lap(cfg, 'await-go')
     _check(_libc.unshare(CLONE_NEWCGROUP), 'cgroup-namespace', 'unshare(CLONE_NEWCGROUP)')
 
-    import resource
     try:
         for res, v in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_NOFILE, req['nofile']),
                        (resource.RLIMIT_CPU, req['cpu'])):

@@ -3,13 +3,13 @@ package native
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	_ "embed" // zygoteSource
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"math"
 	"os"
@@ -152,14 +152,18 @@ var errZygoteUnusable = errors.New("no zygote for this box")
 // without a network and taking requests on fd 4.
 func (b *Backend) canZygote(spec *box.SessionSpec, onStdin bool) bool {
 	return len(spec.Zygote) > 0 && b.Starter == nil && os.Geteuid() == 0 && spec.Egress == nil &&
-		!onStdin && len(spec.Interpreter) > 0 && cgroup.Detect().Version != cgroup.None
+		!onStdin && len(spec.Interpreter) > 0 && hostHasCgroups()
 }
+
+// hostHasCgroups says whether the host has cgroups moat can use; the host's layout
+// does not change while moat runs, and Detect reads /proc and the mounts.
+var hostHasCgroups = sync.OnceValue(func() bool { return cgroup.Detect().Version != cgroup.None })
 
 // zygotes is a backend's set of zygotes, by spec.
 type zygotes struct {
 	mu     sync.Mutex
-	byKey  map[string]*zygoteSlot
-	failed map[string]time.Time
+	byKey  map[uint64]*zygoteSlot
+	failed map[uint64]time.Time
 	closed bool
 	wg     sync.WaitGroup // zygotes not yet ended
 }
@@ -174,7 +178,7 @@ type zygoteSlot struct {
 // zygote is a running zygote and the boxes made from it.
 type zygote struct {
 	b     *Backend
-	key   string
+	key   uint64
 	bp    *boxProc
 	done  chan struct{} // closed once its box is gone
 	out   *tail         // what Z printed, for errors
@@ -188,17 +192,34 @@ type zygote struct {
 }
 
 // zygoteKey identifies interchangeable zygotes: the same interpreter, environment,
-// support files and limits.
-func zygoteKey(spec *box.SessionSpec, lim box.Limits) string {
-	h := sha256.New()
-	enc := json.NewEncoder(h)
-	_ = enc.Encode([]any{spec.Language, spec.Zygote, spec.Env, lim})
+// support files and limits. It is computed for each box, so it is a fast hash
+// (maphash, seeded once per process) over length-prefixed fields rather than a
+// digest; its inputs come from the config and the engine, never from a box.
+func zygoteKey(spec *box.SessionSpec, lim box.Limits) uint64 {
+	var h maphash.Hash
+	h.SetSeed(zygoteSeed)
+	n := func(v int) { _ = binary.Write(&h, binary.LittleEndian, uint64(v)) }
+	str := func(s string) { n(len(s)); h.WriteString(s) }
+	strs := func(ss []string) {
+		n(len(ss))
+		for _, s := range ss {
+			str(s)
+		}
+	}
+	str(spec.Language)
+	strs(spec.Zygote)
+	strs(spec.Env)
+	str(fmt.Sprintf("%+v", lim))
+	n(len(spec.Support))
 	for _, f := range spec.Support {
-		_ = enc.Encode(f.Path)
+		str(f.Path)
+		n(len(f.Data))
 		h.Write(f.Data)
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return h.Sum64()
 }
+
+var zygoteSeed = maphash.MakeSeed()
 
 // startFromZygote makes a session box by forking the spec's zygote (starting it
 // first if need be). errZygoteUnusable (wrapped) means the caller should make the
@@ -229,6 +250,27 @@ func (b *Backend) startFromZygote(ctx context.Context, spec *box.SessionSpec, la
 	return s, err
 }
 
+// ZygoteReady implements box.ZygoteBackend.
+func (b *Backend) ZygoteReady(spec *box.SessionSpec) bool {
+	_, onStdin, _ := box.SessionArgv(spec.Language) // canZygote wants Interpreter set anyway
+	if !b.canZygote(spec, onStdin) {
+		return false
+	}
+	zs := &b.zys
+	zs.mu.Lock()
+	defer zs.mu.Unlock()
+	slot := zs.byKey[zygoteKey(spec, spec.Limits.WithDefaults())]
+	if slot == nil {
+		return false
+	}
+	select {
+	case <-slot.ready:
+		return slot.z != nil && !slot.z.isRetired()
+	default:
+		return false
+	}
+}
+
 // zygoteFor returns the running zygote for spec, starting one if there is none,
 // with one more live box counted on it (release it with boxDone).
 func (b *Backend) zygoteFor(ctx context.Context, spec *box.SessionSpec, lim box.Limits) (*zygote, error) {
@@ -240,7 +282,7 @@ func (b *Backend) zygoteFor(ctx context.Context, spec *box.SessionSpec, lim box.
 		return nil, fmt.Errorf("%w: the backend is closed", errZygoteUnusable)
 	}
 	if zs.byKey == nil {
-		zs.byKey, zs.failed = map[string]*zygoteSlot{}, map[string]time.Time{}
+		zs.byKey, zs.failed = map[uint64]*zygoteSlot{}, map[uint64]time.Time{}
 	}
 	if at, ok := zs.failed[key]; ok && time.Since(at) < zygoteBackoff {
 		zs.mu.Unlock()
@@ -347,7 +389,7 @@ func (b *Backend) Close() error {
 }
 
 // startZygote starts a zygote's box and waits until the zygote says it is ready.
-func (b *Backend) startZygote(spec *box.SessionSpec, lim box.Limits, key string) (*zygote, error) {
+func (b *Backend) startZygote(spec *box.SessionSpec, lim box.Limits, key uint64) (*zygote, error) {
 	cfg, err := zygoteConfigFile()
 	if err != nil {
 		return nil, err
@@ -806,14 +848,15 @@ func (p *zygoteProc) Kill() {
 	default:
 		return // nothing to kill yet: closing the socket ends J
 	}
+	// J is PID 1 of the box's PID namespace, and every process of the box's cgroup
+	// is in that namespace: its death kills them all. (Release's cgroup Destroy
+	// kills what might be left; freezing the cgroup here as well would cost the
+	// whole host a text patch of its freezer static key per box.)
 	p.zb.mu.Lock()
 	if p.zb.pidfd >= 0 {
 		_ = unix.PidfdSendSignal(p.zb.pidfd, unix.SIGKILL, nil, 0)
 	}
 	p.zb.mu.Unlock()
-	if p.zb.cg != nil {
-		_ = p.zb.cg.Kill()
-	}
 }
 
 func (p *zygoteProc) LimitsMemory() bool { return true }

@@ -2025,6 +2025,10 @@ def _serve_zygote(runner_dir):
     fresh boxes. Returns only in a box's interpreter, confined, with the session's
     fds in place; what the zygote imported for itself is dropped from sys.modules, so
     that the code's imports of them meet the policy as anywhere else."""
+    # What the runner itself imports once it serves a session (and would import in
+    # each box): imported here once, as a cold session's runner has them before the
+    # code runs.
+    import _signal, _thread, _io, _posixsubprocess, binascii, builtins, linecache, traceback  # noqa: F401
     before = set(sys.modules)
     path = os.path.join(runner_dir, 'zygote.py')
     try:
