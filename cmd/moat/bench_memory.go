@@ -56,6 +56,10 @@ type benchBox struct {
 	pids    []int
 	preload bool   // its interpreter preloads modules (--preload=)
 	memCg   string // its memory cgroup's usage file, "" when unknown
+	// zygote: the box of a zygote (its init and the preloaded interpreter started
+	// with --zygote), which the warm boxes are forked from; they are not pool boxes.
+	zygote bool
+	init   bool // holds the box's init (moat-init)
 }
 
 // serverBoxes lists the boxes of the server with pid serverPID: the processes in its
@@ -104,12 +108,15 @@ func serverBoxes(serverPID int) []*benchBox {
 		if memCg != "" {
 			b.memCg = memCg
 		}
-		if cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline"); bytes.Contains(cmd, []byte("--preload=")) {
-			b.preload = true
-		}
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		b.preload = b.preload || bytes.Contains(cmd, []byte("--preload="))
+		b.zygote = b.zygote || bytes.Contains(cmd, []byte("--zygote"))
+		b.init = b.init || bytes.HasPrefix(cmd, []byte("moat-init\x00"))
 	}
 	var out []*benchBox
 	for _, b := range byName {
+		// A box forked from a zygote has no init of its own; the zygote's has.
+		b.zygote = b.zygote && b.init
 		out = append(out, b)
 	}
 	slices.SortFunc(out, func(a, b *benchBox) int { return strings.Compare(a.name, b.name) })
@@ -148,11 +155,22 @@ func waitPoolIdle(ctx context.Context, serverPID, want int) ([]*benchBox, error)
 		}
 		before := cpuTicks(pids)
 		time.Sleep(benchIdleFor)
-		if len(boxes) == want && cpuTicks(pids) == before && len(serverBoxes(serverPID)) == want {
+		if poolBoxes(boxes) == want && cpuTicks(pids) == before && poolBoxes(serverBoxes(serverPID)) == want {
 			return boxes, nil
 		}
 	}
-	return boxes, fmt.Errorf("the pool did not fill and settle within %v: %d boxes, want %d", benchFillWait, len(boxes), want)
+	return boxes, fmt.Errorf("the pool did not fill and settle within %v: %d boxes, want %d", benchFillWait, poolBoxes(boxes), want)
+}
+
+// poolBoxes counts the boxes that are not a zygote's.
+func poolBoxes(boxes []*benchBox) int {
+	n := 0
+	for _, b := range boxes {
+		if !b.zygote {
+			n++
+		}
+	}
+	return n
 }
 
 // idleMemory measures both servers once the pool is full: each server process, and
@@ -178,18 +196,29 @@ func (s *benchServers) idleMemory(ctx context.Context) []memoryRow {
 			memoryRow{ID: "box_pandas", Name: preName, Error: "the server did not start"})
 	} else {
 		boxes, err := waitPoolIdle(ctx, s.pool.pid, s.warmBoxes())
-		server("server_pool", fmt.Sprintf("server, warm pool full (%d boxes), idle", len(boxes)), s.pool, nil)
-		var plain, pre []*benchBox
+		server("server_pool", fmt.Sprintf("server, warm pool full (%d boxes), idle", poolBoxes(boxes)), s.pool, nil)
+		var plain, pre, zyPlain, zyPre []*benchBox
 		for _, b := range boxes {
-			if b.preload {
+			switch {
+			case b.zygote && b.preload:
+				zyPre = append(zyPre, b)
+			case b.zygote:
+				zyPlain = append(zyPlain, b)
+			case b.preload:
 				pre = append(pre, b)
-			} else {
+			default:
 				plain = append(plain, b)
 			}
 		}
 		rows = append(rows, boxMemory("box_python", plainName, plain, err))
+		if len(zyPlain) > 0 {
+			rows = append(rows, boxMemory("zygote_python", "its zygote (shared by every such box)", zyPlain, err))
+		}
 		if s.pandas {
 			rows = append(rows, boxMemory("box_pandas", preName, pre, err))
+			if len(zyPre) > 0 {
+				rows = append(rows, boxMemory("zygote_pandas", "its zygote (shared by every such box)", zyPre, err))
+			}
 		}
 	}
 	server("server_nopool", "server, pool off, idle", s.nopool, s.nopoolErr)

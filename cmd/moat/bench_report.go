@@ -223,7 +223,9 @@ func writeBenchReport(w io.Writer, r *benchReport) {
 	fmt.Fprintln(w, "\nRSS, PSS and private (Private_Clean + Private_Dirty) are summed from /proc/PID/smaps_rollup "+
 		"of the server's process, or of every process in a box's cgroups (box-SERVERPID-*), averaged over the ready boxes "+
 		"once the pool is full and its boxes have used no CPU for 300 ms. PSS shares pages among the processes that map them; "+
-		"private is what one more box costs. The memory cgroup column is the box cgroup's usage (page cache included).")
+		"private is what one more box costs. The memory cgroup column is the box cgroup's usage (page cache included). "+
+		"Warm boxes are forked from their profile's zygote (its init and preloaded interpreter, one box per profile): "+
+		"they share its pages until they write them, so its memory is paid once, not per box.")
 	fmt.Fprintln(w)
 
 	fmt.Fprintln(w, "| policy cost | p50 | share of a `moat run` of print(1) |")
