@@ -62,8 +62,10 @@ const (
 	loadIdleRuns     = 10              // serial one-shot executions on the idle server (after 2 warm-ups)
 	loadCleanupWait  = 5 * time.Second // for boxes to go after the load, server still running
 	// loadPoolSize is the own server's warm pool: that many ready boxes (of the one
-	// profile the load uses) stay while it runs; the check after shutdown counts them.
+	// profile the load uses) stay while it runs, and the box of the zygote they are
+	// forked from (native, as root); the check after shutdown counts them.
 	loadPoolSize     = 2
+	loadZygotes      = 1
 	loadFirstErrors  = 5 // errors kept for the report
 	loadBareBash     = "/bin/bash"
 	loadOwnPrincipal = "loadtest"
@@ -184,7 +186,8 @@ type loadCleanup struct {
 	AfterLoad     []string `json:"after_load"`
 	AfterShutdown []string `json:"after_shutdown"`
 	// PooledAfterLoad counts the boxes left with the server running that are its
-	// warm pool's (at most its size); they must be gone after shutdown like any box.
+	// warm pool's (at most its size, and its zygote's box); they must be gone after
+	// shutdown like any box.
 	PooledAfterLoad int `json:"pooled_after_load"`
 	// ServerExit is the own server's exit status after SIGTERM (-1: killed).
 	ServerExit int `json:"server_exit"`
@@ -304,7 +307,7 @@ func cmdLoadtest(args []string, stdout, stderr io.Writer) int {
 	if own != nil {
 		rep.Cleanup.Checked = true
 		rep.Cleanup.BoxUIDs = loadBoxUIDs()
-		rep.Cleanup.AfterLoad, rep.Cleanup.PooledAfterLoad = waitClean(own.pid, loadCleanupWait, loadPoolSize)
+		rep.Cleanup.AfterLoad, rep.Cleanup.PooledAfterLoad = waitClean(own.pid, loadCleanupWait, loadPoolSize+loadZygotes)
 		rep.Cleanup.ServerExit = own.stop()
 		rep.Cleanup.AfterShutdown = leftovers(own.pid)
 		rep.ServerLogProblems, rep.ServerLogCount = own.log.problems()
