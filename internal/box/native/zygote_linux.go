@@ -301,7 +301,6 @@ func (b *Backend) zygoteFor(ctx context.Context, spec *box.SessionSpec, lim box.
 			if err != nil {
 				zs.failed[key] = time.Now()
 				delete(zs.byKey, key)
-				zs.wg.Done()
 			}
 			zs.mu.Unlock()
 			close(slot.ready)
@@ -388,8 +387,15 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-// startZygote starts a zygote's box and waits until the zygote says it is ready.
-func (b *Backend) startZygote(spec *box.SessionSpec, lim box.Limits, key uint64) (*zygote, error) {
+// startZygote starts a zygote's box and waits until the zygote says it is ready. It
+// marks b.zys.wg done once the zygote has ended, or at once when it fails to start.
+func (b *Backend) startZygote(spec *box.SessionSpec, lim box.Limits, key uint64) (_ *zygote, err error) {
+	launched := false
+	defer func() {
+		if !launched {
+			b.zys.wg.Done()
+		}
+	}()
 	cfg, err := zygoteConfigFile()
 	if err != nil {
 		return nil, err
@@ -412,6 +418,7 @@ func (b *Backend) startZygote(spec *box.SessionSpec, lim box.Limits, key uint64)
 	if err != nil {
 		return nil, err
 	}
+	launched = true // the box's end marks the wait group done, below
 	z := &zygote{b: b, key: key, bp: bp, done: make(chan struct{}), out: &tail{max: 4 << 10}, lastUsed: time.Now()}
 	var drained sync.WaitGroup
 	for _, r := range []*os.File{bp.stdoutR, bp.stderrR} {

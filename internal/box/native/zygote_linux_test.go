@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -169,26 +167,6 @@ func ourBoxProcesses(t *testing.T) []hostProc {
 			out = append(out, p)
 		}
 	}
-	return out
-}
-
-// ourBoxCgroups lists this test process's box cgroups, in every hierarchy.
-func ourBoxCgroups() []string {
-	prefix := fmt.Sprintf("box-%d-", os.Getpid())
-	var out []string
-	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return nil
-		}
-		if strings.HasPrefix(d.Name(), prefix) {
-			out = append(out, p)
-			return filepath.SkipDir
-		}
-		if strings.Count(p, "/") > 9 {
-			return filepath.SkipDir
-		}
-		return nil
-	})
 	return out
 }
 
@@ -780,10 +758,46 @@ print(len(kids), err)
 	if left := ourBoxProcesses(t); len(left) > 0 {
 		t.Errorf("box processes left after Close: %+v", left)
 	}
-	if left := ourBoxCgroups(); len(left) > 0 {
+	if left := testutil.BoxCgroups(fmt.Sprintf("box-%d-", os.Getpid())); len(left) > 0 {
 		t.Errorf("box cgroups left after Close: %v", left)
 	}
 	if p, ok := readHostProc(sleeperA.pid); ok && p.start == sleeperA.start {
 		t.Errorf("box A's sleep (host pid %d) outlived its box", sleeperA.pid)
+	}
+}
+
+// TestZygoteFailsToStart: a zygote whose interpreter cannot start leaves its spec's
+// boxes to be made cold (a session still starts, and works), is not retried at once,
+// and Close returns with nothing of it left on the host.
+func TestZygoteFailsToStart(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := &Backend{}
+	spec := zygoteSpec(box.Limits{})
+	spec.Zygote = append([]string{"/nonexistent/python3"}, spec.Zygote[1:]...)
+	for i := range 2 {
+		s, err := b.StartSession(context.Background(), spec)
+		if err != nil {
+			t.Fatalf("session %d: %v", i, err)
+		}
+		if slices.Contains(s.Isolation(), "zygote") {
+			t.Fatalf("session %d came from a zygote that cannot start: %v", i, s.Isolation())
+		}
+		if out := pyOK(t, s, "print(6 * 7)"); out != "42\n" {
+			t.Fatalf("session %d printed %q", i, out)
+		}
+		_ = s.Close()
+	}
+	if b.ZygoteReady(spec) {
+		t.Fatal("ZygoteReady for a zygote that failed to start")
+	}
+	done := make(chan struct{})
+	go func() { _ = b.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	if left := testutil.BoxCgroups(fmt.Sprintf("box-%d-", os.Getpid())); len(left) > 0 {
+		t.Fatalf("box cgroups left: %v", left)
 	}
 }
