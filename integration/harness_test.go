@@ -8,10 +8,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -151,7 +149,7 @@ func checkHostClean(t *testing.T, before hostState, extraUIDs ...int) {
 	if procs := boxProcesses(extraUIDs...); len(procs) > 0 {
 		t.Errorf("box processes survived on the host: %v", procs)
 	}
-	if cgs := boxCgroups(); len(cgs) > 0 {
+	if cgs := testutil.BoxCgroups("box-"); len(cgs) > 0 {
 		t.Errorf("box cgroups left on the host: %v", cgs)
 	}
 	after := snapshotHost(t)
@@ -190,25 +188,6 @@ func boxProcesses(extraUIDs ...int) []string {
 }
 
 func firstLine(s string) string { l, _, _ := strings.Cut(s, "\n"); return l }
-
-// boxCgroups lists cgroup directories named box-* anywhere under /sys/fs/cgroup.
-func boxCgroups() []string {
-	var out []string
-	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return nil
-		}
-		if strings.HasPrefix(d.Name(), "box-") {
-			out = append(out, p)
-			return filepath.SkipDir
-		}
-		if strings.Count(p, "/") > 9 {
-			return filepath.SkipDir
-		}
-		return nil
-	})
-	return out
-}
 
 func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {

@@ -267,7 +267,7 @@ func baselineHost(t *testing.T) hostBaseline {
 	for _, p := range boxProcesses() {
 		b.procs[p] = true
 	}
-	for _, c := range boxCgroups() {
+	for _, c := range testutil.BoxCgroups("box-") {
 		b.cgroups[c] = true
 	}
 	return b
@@ -283,7 +283,7 @@ func (b hostBaseline) leftovers() (procs, cgroups []string) {
 			procs = append(procs, p)
 		}
 	}
-	for _, c := range boxCgroups() {
+	for _, c := range testutil.BoxCgroups("box-") {
 		if !b.cgroups[c] && ownBox(c) {
 			cgroups = append(cgroups, c)
 		}

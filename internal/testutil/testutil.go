@@ -4,10 +4,12 @@
 package testutil
 
 import (
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -84,4 +86,25 @@ func RepoRoot(t testing.TB) string {
 		}
 		dir = parent
 	}
+}
+
+// BoxCgroups lists the cgroup directories under /sys/fs/cgroup whose name starts with
+// prefix ("box-" for every box of every moat; "box-PID-" for the boxes of one), in
+// every hierarchy, nested ones (cgroup v1 memory under a parent's cgroup) included.
+func BoxCgroups(prefix string) []string {
+	var out []string
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if strings.HasPrefix(d.Name(), prefix) {
+			out = append(out, p)
+			return filepath.SkipDir
+		}
+		if strings.Count(p, "/") > 9 {
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return out
 }

@@ -229,26 +229,9 @@ func runChild() int {
 			_, err := os.ReadFile("/etc/hostname")
 			return err
 		}},
-		{"list /", func() error {
-			_, err := os.ReadDir("/")
-			return err
-		}},
-		{"write /dev/null", func() error {
-			f, err := os.OpenFile("/dev/null", os.O_WRONLY, 0)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			_, err = f.Write([]byte("x"))
-			return err
-		}},
-		{"open /dev/zero for write (not in devRW)", func() error {
-			f, err := os.OpenFile("/dev/zero", os.O_WRONLY, 0)
-			if err == nil {
-				f.Close()
-			}
-			return err
-		}},
+		{"list /", listRoot},
+		{"write /dev/null", writeDevNull},
+		{"open /dev/zero for write (not in devRW)", openZeroForWrite},
 		{"exec /bin/true", func() error { return exec.Command("/bin/true").Run() }},
 		{"tcp connect to parent listener", func() error {
 			return connect(unix.IPPROTO_TCP, os.Getenv(envTCP))
@@ -429,10 +412,7 @@ func TestRestrict(t *testing.T) {
 	}
 	t.Logf("child enforced Landlock ABI %d", rep.ABI)
 
-	cases := []struct {
-		name string
-		want want
-	}{
+	cases := []probeCase{
 		{"restrict rejects missing path", denied("ENOENT")},
 		{"create outside rw on pre-existing threads", denied("EACCES")},
 		{"write file in rw", allowed},
@@ -461,21 +441,7 @@ func TestRestrict(t *testing.T) {
 		{"signal parent", deniedFrom(6, "EPERM")},
 		{"connect abstract unix socket outside domain", deniedFrom(6, "EPERM")},
 	}
-	got := make(map[string]probeResult, len(rep.Probes))
-	for _, p := range rep.Probes {
-		got[p.Name] = p
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			p, ok := got[tc.name]
-			if !ok {
-				t.Fatalf("child did not run probe %q", tc.name)
-			}
-			if w := tc.want(rep.ABI); p.Errno != w {
-				t.Errorf("errno = %q (%s), want %q", p.Errno, p.Err, orSuccess(w))
-			}
-		})
-	}
+	got := checkProbes(t, cases, rep.Probes, rep.ABI)
 
 	// Landlock does not cover MPTCP sockets (see doc.go). Record what
 	// this kernel does without failing on it; "host after child" checks
@@ -563,4 +529,57 @@ func mustWrite(t *testing.T, p, content string) {
 	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Probes the Restrict and Ruleset children share.
+
+func listRoot() error {
+	_, err := os.ReadDir("/")
+	return err
+}
+
+func writeDevNull() error {
+	f, err := os.OpenFile("/dev/null", os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.Write([]byte("x"))
+	return err
+}
+
+func openZeroForWrite() error {
+	f, err := os.OpenFile("/dev/zero", os.O_WRONLY, 0)
+	if err == nil {
+		f.Close()
+	}
+	return err
+}
+
+// probeCase is what one probe of a confined child must give.
+type probeCase struct {
+	name string
+	want want
+}
+
+// checkProbes checks each case against the child's probe of that name, at abi, and
+// returns the probes by name.
+func checkProbes(t *testing.T, cases []probeCase, probes []probeResult, abi int) map[string]probeResult {
+	t.Helper()
+	got := make(map[string]probeResult, len(probes))
+	for _, p := range probes {
+		got[p.Name] = p
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, ok := got[tc.name]
+			if !ok {
+				t.Fatalf("child did not run probe %q", tc.name)
+			}
+			if w := tc.want(abi); p.Errno != w {
+				t.Errorf("errno = %q (%s), want %q", p.Errno, p.Err, orSuccess(w))
+			}
+		})
+	}
+	return got
 }
