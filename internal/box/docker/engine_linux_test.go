@@ -337,8 +337,12 @@ func TestOOMKilled(t *testing.T) {
 				Cmd:     []string{"python3", "-c", "x = bytearray(512 << 20); print(len(x))"},
 				Limits:  box.Limits{Memory: 64 << 20},
 			}, "")
-			if !r.exit.OOMKilled || r.exit.Code != 137 {
-				t.Errorf("exit %+v, want OOMKilled and code 137; stdout %q stderr %q", r.exit, r.stdout, r.stderr)
+			// Under runsc dockerd does not always set OOMKilled (oomwatch.go): the
+			// backend learns of the kill from the daemon's oom events instead, which
+			// the contract's memory_limit test checks for both runtimes.
+			wantMark := runtimeName(rt) == "runc"
+			if (wantMark && !r.exit.OOMKilled) || r.exit.Code != 137 {
+				t.Errorf("exit %+v, want code 137 (and OOMKilled under runc); stdout %q stderr %q", r.exit, r.stdout, r.stderr)
 			}
 		})
 	}
