@@ -162,12 +162,12 @@ func serve(cfg *config.Config, srv config.ResolvedServer, rb config.ResolvedBack
 	if srv.Pool.Enabled {
 		if err := eng.EnablePool(engine.PoolOptions{
 			Size: srv.Pool.Size, MaxKeys: srv.Pool.MaxKeys, Refills: srv.Pool.Refill,
-			IdleKeyTTL: srv.Pool.IdleTTL, Warm: srv.Pool.Warm,
+			IdleKeyTTL: srv.Pool.IdleTTL, Warm: srv.Pool.Warm, NoZygote: !srv.Pool.Zygote,
 		}); err != nil {
 			fmt.Fprintf(stderr, "moat: warm pool: %v\n", err)
 			return exitInternal
 		}
-		log.Info("warm pool: on", "size", srv.Pool.Size, "warm", srv.Pool.Warm, "refills", srv.Pool.Refill)
+		log.Info("warm pool: on", "size", srv.Pool.Size, "warm", srv.Pool.Warm, "refills", srv.Pool.Refill, "zygote", srv.Pool.Zygote)
 	}
 
 	ln, err := net.Listen("tcp", srv.Listen)

@@ -85,6 +85,10 @@ type Pool struct {
 	// Warm names the profiles whose boxes are made at start; the config's profile
 	// when empty.
 	Warm []string `yaml:"warm"`
+	// Zygote, true when unset, forks the pool's Python boxes from a preloaded
+	// interpreter per profile (the native backend as root); false starts each box's
+	// interpreter, as boxes without a pool do.
+	Zygote bool `yaml:"zygote"`
 }
 
 // Warm pool defaults and bounds.
@@ -102,6 +106,7 @@ type ResolvedPool struct {
 	Size, MaxKeys, Refill int
 	IdleTTL               time.Duration
 	Warm                  []string
+	Zygote                bool
 }
 
 // Sessions bounds sessions server-wide.
@@ -313,7 +318,8 @@ func (c *Config) checkServer(ps *problems, present func(string) bool, lookupEnv 
 	}
 	count("server.sessions.max_total", s.Sessions.MaxTotal, &r.Sessions.MaxTotal, ps, present)
 	r.Pool = ResolvedPool{Enabled: true, Size: DefaultPoolSize, MaxKeys: DefaultPoolKeys,
-		Refill: DefaultPoolRefills, IdleTTL: DefaultPoolIdleTTL, Warm: []string{c.DefaultProfile()}}
+		Refill: DefaultPoolRefills, IdleTTL: DefaultPoolIdleTTL, Warm: []string{c.DefaultProfile()},
+		Zygote: s.Pool.Zygote || !present("server.pool.zygote")}
 	switch size := s.Pool.Size; {
 	case size == 0 && present("server.pool.size"):
 		r.Pool.Enabled, r.Pool.Size = false, 0

@@ -37,7 +37,7 @@ func TestServerDefaults(t *testing.T) {
 			MaxFile:       64 << 20,
 			ShutdownGrace: 30 * time.Second,
 			Sessions:      ResolvedSessions{IdleTTL: 10 * time.Minute, MaxLifetime: time.Hour, MaxTotal: 64},
-			Pool:          ResolvedPool{Enabled: true, Size: 2, MaxKeys: 4, Refill: 2, IdleTTL: 5 * time.Minute, Warm: []string{ProfileDefault}},
+			Pool:          ResolvedPool{Enabled: true, Size: 2, MaxKeys: 4, Refill: 2, IdleTTL: 5 * time.Minute, Warm: []string{ProfileDefault}, Zygote: true},
 			Profile:       ProfileDefault,
 			Quotas:        ResolvedQuotas{Concurrent: 4, Sessions: 8, Rate: 1, Burst: 60},
 		}
@@ -97,6 +97,7 @@ server:
     refills: 1
     idle_ttl: 1m
     warm: [web, strict]
+    zygote: false
   api_keys:
     - principal: alice
       key_env: KEY_A

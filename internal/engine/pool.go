@@ -49,6 +49,9 @@ type PoolOptions struct {
 	// Warm are the profiles whose Python boxes (with the config's limits) are made
 	// at start, before any request. Other keys become warm on first use.
 	Warm []string
+	// NoZygote makes the pool's boxes start their interpreters rather than ask the
+	// backend to fork them from a zygote (box.SessionSpec.Zygote).
+	NoZygote bool
 }
 
 func (o PoolOptions) withDefaults() PoolOptions {
@@ -299,7 +302,7 @@ func (e *Engine) EnablePool(opts PoolOptions) error {
 			return err
 		}
 		spec := &box.Spec{Language: "python", Limits: lim, Network: "none"}
-		p.warm(poolKey{lang: "python", profile: name, limits: lim}, pooledSpec(e.oneShotSpec(spec, name, prof)))
+		p.warm(poolKey{lang: "python", profile: name, limits: lim}, p.pooledSpec(e.oneShotSpec(spec, name, prof)))
 	}
 	e.pool = p
 	go p.run()
@@ -336,7 +339,7 @@ func (e *Engine) takePooled(ctx context.Context, lang, profile string, lim box.L
 		return nil
 	}
 	key := poolKey{lang: lang, profile: profile, limits: lim}
-	if s := e.pool.take(key, func() *box.SessionSpec { return pooledSpec(spec()) }); s != nil {
+	if s := e.pool.take(key, func() *box.SessionSpec { return e.pool.pooledSpec(spec()) }); s != nil {
 		return s
 	}
 	// A miss. Where the backend forks the key's boxes from a running zygote, making
@@ -366,10 +369,10 @@ func (p *pool) spec(key poolKey) *box.SessionSpec {
 
 // pooledSpec is the spec of a key's boxes: spec, with the zygote that backends able
 // to may fork them from (a box serves one execution or session; the zygote makes
-// each of them as fast as they are taken).
-func pooledSpec(spec *box.SessionSpec) *box.SessionSpec {
+// each of them as fast as they are taken), unless the pool is told not to.
+func (p *pool) pooledSpec(spec *box.SessionSpec) *box.SessionSpec {
 	s := *spec
-	if s.Language == "python" {
+	if s.Language == "python" && !p.opts.NoZygote {
 		s.Zygote = python.ZygoteInterpreter(s.Interpreter)
 	}
 	return &s

@@ -229,3 +229,23 @@ func TestPoolPreloadAndSessions(t *testing.T) {
 		t.Fatalf("default profile: the first box of a key the pool did not hold came from a zygote: %v", res.Isolation)
 	}
 }
+
+// TestPoolWithoutZygote: with NoZygote (server.pool.zygote: false) the pool's boxes
+// start their own interpreters, on a hit and on a miss alike.
+func TestPoolWithoutZygote(t *testing.T) {
+	e := pooledEngine(t, PoolOptions{Size: 1, Warm: []string{"default"}, NoZygote: true})
+	waitReady(t, e, 1)
+	for i := range 2 {
+		hits := e.PoolStats().Hits
+		res, err := e.Execute(context.Background(), &Request{Language: "python", Code: []byte("print(1)")})
+		if err != nil || res.Status != box.StatusOK || res.Stdout != "1\n" {
+			t.Fatalf("execution %d: %+v %v", i, res, err)
+		}
+		if slices.Contains(res.Isolation, "zygote") {
+			t.Fatalf("execution %d (pool hit: %v) came from a zygote: %v", i, e.PoolStats().Hits > hits, res.Isolation)
+		}
+	}
+	if e.PoolStats().Hits == 0 {
+		t.Fatal("no execution was served from the pool")
+	}
+}
