@@ -208,7 +208,7 @@ wait:
 	case specErr != nil:
 		return nil, fmt.Errorf("hand the spec to box init: %w", specErr)
 	case msg.Kind == "error":
-		return nil, &ChildError{Step: msg.Step, Errno: syscall.Errno(msg.Errno), Detail: msg.Detail}
+		return nil, msg.childError()
 	case msg.Kind != "exit" && oomKills > 0:
 		// The OOM killer took init too, or the whole box with it (gVisor's
 		// Sentry is charged for the code's memory and dies first).
@@ -434,6 +434,11 @@ func boxPipe(rootless bool) (r, w *os.File, err error) {
 		return nil, nil, os.NewSyscallError("fchown pipe", err)
 	}
 	return r, w, nil
+}
+
+// childError is the failure an "error" message of a box's init reports.
+func (m initMsg) childError() *ChildError {
+	return &ChildError{Step: m.Step, Errno: syscall.Errno(m.Errno), Detail: m.Detail}
 }
 
 // ChildError is a failure of the box's init during setup, reported over the sync socket.

@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -177,7 +176,7 @@ func (s *session) begin(ctx context.Context) error {
 			continue
 		}
 		if m.Kind == "error" {
-			return &ChildError{Step: m.Step, Errno: syscall.Errno(m.Errno), Detail: m.Detail}
+			return m.childError()
 		}
 		if m.Kind == "started" {
 			break

@@ -184,11 +184,14 @@ func (p *nsProc) Placed() error {
 	return p.cg.AddProc(p.cmd.Pid)
 }
 
-func (p *nsProc) Usage() (ProcUsage, bool) {
-	if p.cg == nil {
+func (p *nsProc) Usage() (ProcUsage, bool) { return cgroupUsage(p.cg) }
+
+// cgroupUsage is what a box's cgroup (nil: none) says the box used.
+func cgroupUsage(cg *cgroup.Box) (ProcUsage, bool) {
+	if cg == nil {
 		return ProcUsage{}, false
 	}
-	st, err := p.cg.Stats()
+	st, err := cg.Stats()
 	if err != nil {
 		return ProcUsage{}, false
 	}

@@ -474,7 +474,7 @@ func (z *zygote) awaitReady() error {
 	switch m.Kind {
 	case "confined":
 	case "error":
-		return &ChildError{Step: m.Step, Errno: unix.Errno(m.Errno), Detail: m.Detail}
+		return m.childError()
 	default:
 		return fmt.Errorf("the zygote's box said %q during setup", m.Kind)
 	}
@@ -694,7 +694,7 @@ func (zb *zygoteBox) greet(bp *boxProc) error {
 		return err
 	}
 	if m.Kind == "error" {
-		return &ChildError{Step: m.Step, Errno: unix.Errno(m.Errno), Detail: m.Detail}
+		return m.childError()
 	}
 	if m.Kind != "hello" {
 		return fmt.Errorf("a box from the zygote said %q instead of hello", m.Kind)
@@ -870,16 +870,7 @@ func (p *zygoteProc) LimitsMemory() bool { return true }
 
 func (p *zygoteProc) Placed() error { return nil }
 
-func (p *zygoteProc) Usage() (ProcUsage, bool) {
-	if p.zb.cg == nil {
-		return ProcUsage{}, false
-	}
-	st, err := p.zb.cg.Stats()
-	if err != nil {
-		return ProcUsage{}, false
-	}
-	return ProcUsage{CPU: st.CPUUsage, PeakMemoryBytes: st.PeakMemoryBytes, OOMKills: st.OOMKills}, true
-}
+func (p *zygoteProc) Usage() (ProcUsage, bool) { return cgroupUsage(p.zb.cg) }
 
 func (p *zygoteProc) Isolation(landlockABI int) []string {
 	return append(isolationList(p.zb.cg, landlockABI, false), "zygote")
