@@ -74,6 +74,11 @@ func runInit() int {
 	if err := readFrame(sync, maxSpecFrame, &s); err != nil {
 		return fail(StepSpec, err)
 	}
+	if !s.Container && !s.Rootless {
+		if err := clearSecurebits(); err != nil {
+			return fail(StepCaps, fmt.Errorf("clear the securebits: %w", err))
+		}
+	}
 	s.last = began
 	s.lap("read-spec")
 	abi, err := setup(&s, sync)
@@ -186,9 +191,20 @@ func (s *initSpec) connectPorts() []uint16 {
 	return nil
 }
 
+// codeAsBoxUser says whether init runs as root and so must make the code (and what
+// it copies into the workspace) the box's user's. A native box's init is root of the
+// box's user namespace (but rootless, where only one id is mapped). A contained init
+// is the box's user, without privileges, unless the runtime started it as the
+// container's root: a gVisor box's agent and init are, with container.RootCaps
+// only, so that the code, as another user, cannot open their fds or signal them.
+func (s *initSpec) codeAsBoxUser() bool {
+	return !s.Rootless && (!s.Container || os.Geteuid() == 0)
+}
+
 // setupContained is setup in a box another runtime made (initSpec.Container): its
 // namespaces, read-only root, /tmp, /workspace and /.moat (a tmpfs) exist, its limits
-// hold, and init runs as the box's user with no capabilities and no_new_privs. Init
+// hold, and init runs as the box's user with no capabilities and no_new_privs (or as
+// the container's root: see codeAsBoxUser). Init
 // places the code and the files, and confines itself as in a native box (rlimits but
 // RLIMIT_NPROC, which would count every process of the user on the host: the
 // runtime's pids limit holds instead; Landlock where the runtime allows it; moat's
@@ -502,7 +518,7 @@ func startCode(s *initSpec, argv []string) (int, error) {
 			Setsid:     true,
 			Pdeathsig:  syscall.SIGKILL,
 		}
-		if s.Container {
+		if !s.codeAsBoxUser() {
 			attr.Credential = nil // init already is the box's user, with no privilege to change it
 		}
 		pid, err = syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{

@@ -154,7 +154,11 @@ func (st nsStarter) Start(req *StartRequest) (_ Proc, err error) {
 			cmd.SysProcAttr.CgroupFD = fd
 		}
 	}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if !st.rootless {
+		start = func() error { return startOwned(cmd, nextOwner()) }
+	}
+	if err := start(); err != nil {
 		return nil, startError(err, st.rootless)
 	}
 	p.cmd, p.wait = cmd.Process, cmd.Wait

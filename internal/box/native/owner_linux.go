@@ -1,0 +1,107 @@
+package native
+
+import (
+	"fmt"
+	"os/exec"
+	"runtime"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// Who owns a box's user namespace.
+//
+// The kernel counts some per-user resources along the chain of user namespaces:
+// inotify instances and watches (fs.inotify.max_user_*), queued signals
+// (RLIMIT_SIGPENDING), POSIX message queue bytes, processes (RLIMIT_NPROC). A charge
+// made in a box is also made, in the namespace above, to the user that owns the box's
+// namespace: the effective uid of the process that created it. Created by moat running
+// as root, every box would spend host root's quotas: a box holding 128 inotify
+// instances left host root's daemons without any, a box queuing real-time signals
+// left host root unable to create POSIX timers.
+//
+// So the box's namespace is created by a thread whose effective uid is, for that
+// moment only, an owner uid of its own: unused on the host (like HostRootUID), and
+// different for each box (ownerUIDs of them, round robin), so that one box's charges
+// fall neither on host root nor on another box. The thread keeps its capabilities
+// meanwhile (SECBIT_NO_SETUID_FIXUP), as writing the namespace's id maps needs
+// CAP_SETUID here, and gets root back before it runs anything else. init, which
+// inherits the securebit, clears it first thing (clearSecurebits).
+const (
+	// OwnerUIDBase is the first host uid that owns a box's user namespace; boxes use
+	// ownerUIDs of them from here. Like HostRootUID, no host file or process has them.
+	OwnerUIDBase = 1_100_000_000
+	ownerUIDs    = 1 << 20
+)
+
+// secbitNoSetuidFixup keeps a thread's capabilities when its uids change (capabilities(7)).
+const secbitNoSetuidFixup = 1 << 2
+
+var ownerSeq atomic.Uint32
+
+// nextOwner returns the owner uid for the next box.
+func nextOwner() int { return OwnerUIDBase + int(ownerSeq.Add(1)%ownerUIDs) }
+
+// startOwned starts cmd, whose SysProcAttr makes a new user namespace, from a thread
+// whose effective uid is owner while it creates the namespace, so that owner, not
+// host root, owns the namespace. The calling process must be root (with CAP_SETPCAP
+// and CAP_SETUID). The thread is restored before it is given back to the Go runtime;
+// a thread that could not be restored is never given back (it ends with its goroutine).
+func startOwned(cmd *exec.Cmd, owner int) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		err, restored := startAs(cmd, owner)
+		if restored {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
+	}()
+	return <-errc
+}
+
+// startAs runs cmd.Start on the locked thread with effective uid owner; restored
+// says whether the thread is root again with its securebits and dumpability as before.
+func startAs(cmd *exec.Cmd, owner int) (err error, restored bool) {
+	bits, err := unix.PrctlRetInt(unix.PR_GET_SECUREBITS, 0, 0, 0, 0)
+	if err != nil {
+		return fmt.Errorf("prctl(PR_GET_SECUREBITS): %w", err), true
+	}
+	dumpable, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+	if err != nil {
+		return fmt.Errorf("prctl(PR_GET_DUMPABLE): %w", err), true
+	}
+	// Raw syscalls: they change this thread only (the syscall package's setters
+	// change every thread of the process).
+	if _, _, e := unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, uintptr(bits|secbitNoSetuidFixup), 0, 0, 0, 0); e != 0 {
+		return fmt.Errorf("prctl(PR_SET_SECUREBITS): %w", e), true
+	}
+	keep := ^uintptr(0) // -1: unchanged
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(owner), keep); e != 0 {
+		err = fmt.Errorf("setresuid to the namespace owner %d: %w", owner, e)
+	} else {
+		err = cmd.Start()
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, 0, keep); e != 0 {
+			return err, false
+		}
+	}
+	if _, _, e := unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, uintptr(bits), 0, 0, 0, 0); e != 0 {
+		return err, false
+	}
+	// Changing the effective uid made the whole process not dumpable.
+	if _, _, e := unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, uintptr(dumpable), 0, 0, 0, 0); e != 0 {
+		return err, false
+	}
+	return err, true
+}
+
+// clearSecurebits is a native init's first step once it has its spec: it drops the securebit the namespace's
+// creator held (startOwned), so that changing uid drops capabilities as it normally
+// does. Other bits are the runtime's (a container's may be locked) and stay.
+func clearSecurebits() error {
+	bits, err := unix.PrctlRetInt(unix.PR_GET_SECUREBITS, 0, 0, 0, 0)
+	if err != nil || bits&secbitNoSetuidFixup == 0 {
+		return err
+	}
+	return unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits&^secbitNoSetuidFixup), 0, 0, 0)
+}
