@@ -290,6 +290,41 @@ print(r)`, status: ok,
 					t.Fatalf("the moat binary is reachable from the box:\n%s", o)
 				}
 			}},
+		// moat's own processes in the box (init; a container's agent; a zygote box's
+		// PID 1) hold the other ends of the box's pipes and, in a container, the stream
+		// to the host: the code must not open them through /proc (gVisor's kernel
+		// ignores not-dumpable there; only another user keeps them out).
+		{name: "moat's processes' fds", lang: "python", code: `
+import os
+me, opened, seen = os.getpid(), [], 0
+for pid in os.listdir("/proc"):
+    if not pid.isdigit() or int(pid) == me:
+        continue
+    seen += 1
+    try:
+        fds = os.listdir("/proc/%s/fd" % pid)
+    except OSError:
+        continue
+    for fd in fds:
+        p = "/proc/%s/fd/%s" % (pid, fd)
+        try:
+            target = os.readlink(p)
+        except OSError:
+            target = "?"
+        if target == "/dev/null":
+            continue
+        for mode in (os.O_RDONLY, os.O_WRONLY):
+            try:
+                os.close(os.open(p, mode | os.O_NONBLOCK))
+                opened.append("%s (%s)" % (p, target))
+            except OSError:
+                pass
+print("other processes", seen, "opened", opened)`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				if !strings.Contains(o.res.Stdout, "opened []") || strings.Contains(o.res.Stdout, "other processes 0 ") {
+					t.Fatalf("the code opened fds of moat's processes in its box (or saw none to try):\n%s", o)
+				}
+			}},
 		// --- secrets and processes ---
 		{name: "host environment invisible", lang: "bash", code: `env; cat /proc/*/environ 2>/dev/null | tr '\0' '\n'; echo done`, status: ok, check: func(t *testing.T, f *fixtures, o runOut) {
 			notLeaked(t, f, o)

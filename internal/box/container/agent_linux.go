@@ -34,15 +34,15 @@ const (
 )
 
 // runMux is the agent, PID 1 of a box container, running as the box's user with no
-// capabilities. It reads the plan from stdin, makes init's fds, starts init, and then
+// capabilities (under runsc: as the container's root with RootCaps only; see doc.go). It reads the plan from stdin, makes init's fds, starts init, and then
 // carries the fds over the stream until init has exited and its fds are drained; it
 // exits with init's exit status. It reaps every process of the container, and kills
 // them all when init exits or when the host goes away. Its stdout is the stream and
 // nothing else writes there; its complaints go to stderr, which the host logs.
 func runMux() int {
-	// Not dumpable: the code runs as the same user, and must not ptrace the agent,
-	// read its memory or open its fds through /proc/1 (the other ends of init's
-	// pipes). The kernel then makes /proc/1/* owned by root.
+	// Not dumpable: the code runs as the same user (under runc), and must not ptrace
+	// the agent, read its memory or open its fds through /proc/1 (the other ends of
+	// init's pipes). The kernel then makes /proc/1/* owned by root.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return agentFail(fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err))
 	}

@@ -33,11 +33,15 @@
 //
 // # Why the agent is safe
 //
-// The agent runs as the box's user with no capabilities and no_new_privs, like the
-// code, which it does not trust. It is not dumpable, so the code (same uid) cannot
-// ptrace it or open its fds or memory through /proc/1; moat's seccomp filter denies the
-// code ptrace anyway. The code can signal it (same uid): the agent catches the usual
-// signals, and the rest end only this box. Everything the agent reads from the host is
+// Under runc the agent runs as the box's user with no capabilities and no_new_privs,
+// like the code, which it does not trust. It is not dumpable, so the code (same uid)
+// cannot ptrace it or open its fds or memory through /proc/1; moat's seccomp filter
+// denies the code ptrace anyway. The code can signal it (same uid): the agent catches
+// the usual signals, and the rest end only this box. Under runsc, gVisor's kernel lets
+// a process open the fds of another of the same user through /proc/PID/fd whether or
+// not that one is dumpable; there the agent and init run as the container's root with
+// RootCaps only, init runs the code as BoxUID, and the code can neither open their
+// fds nor signal them. Everything the agent reads from the host is
 // bounded (the plan, frames, windows), and so is everything the host reads from the
 // agent: a frame over MaxFrameData, a frame on a channel that carries nothing that way,
 // or data past a window is a protocol error that kills the box, never the host process.

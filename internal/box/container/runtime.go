@@ -33,6 +33,17 @@ const (
 	BoxGID = 65534
 )
 
+// RootCaps are the only capabilities of a box whose runtime separates moat's agent
+// and init from the code (gVisor's): they run as the container's root with these,
+// and init runs the code as BoxUID with none. Under gVisor's kernel, being not
+// dumpable does not keep a process of the same user from opening another's fds
+// through /proc/PID/fd; a different user does. So the code cannot read or write the
+// stream to the host or init's pipes, nor signal either. SETUID and SETGID start the
+// code as the box's user, KILL signals it (timeouts, interrupts, the end of the box),
+// CHOWN, DAC_OVERRIDE and FOWNER let init place and serve the box user's files. None
+// reaches the code: changing to a uid other than 0 drops them, and no_new_privs holds.
+var RootCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER"}
+
 // AgentTasks is what the agent and the box's init (both Go) may use on top of
 // Limits.Pids, in whatever counts the box's tasks (a pids cgroup, or an nproc limit
 // that a gVisor kernel enforces). It keeps code that reaches its limit from starving

@@ -55,7 +55,9 @@ type ContainerParams struct {
 	// Env holds KEY=VALUE pairs added to the image's environment.
 	Env []string
 	// UID and GID are the user the container's processes run as. Zero means
-	// container.BoxUID/container.BoxGID: a box never runs as root.
+	// container.BoxUID/container.BoxGID: a box never runs as root. Under runsc
+	// they are ignored: the agent and init are the container's root (with
+	// container.RootCaps only) and run the code as container.BoxUID.
 	UID, GID int
 	// Runtime is the OCI runtime registered with the daemon, e.g. "runsc" for gVisor;
 	// empty uses the daemon's default (runc).
@@ -124,7 +126,10 @@ func parseOwner(label string) (pid int, host string, ok bool) {
 //     gain any through setuid binaries or file capabilities in the image.
 //   - No seccomp option: Docker's default profile stays in force. Never
 //     seccomp=unconfined.
-//   - User UID:GID, never root.
+//   - User UID:GID, never root; but under runsc the agent and init run as the
+//     container's root with only container.RootCaps (CapAdd), and init runs the code as
+//     UID:GID with none: gVisor's kernel lets a process open the fds of another of the
+//     same user through /proc even when that one is not dumpable.
 //   - PidsLimit (Limits.Pids plus container.AgentTasks for moat's agent and init), Memory with MemorySwap equal to it (no swap on top of the memory
 //     limit), NanoCPUs, and a nofile ulimit from Limits.OpenFiles.
 //   - For runtime runsc the pids cgroup holds gVisor's own host tasks (the Sentry's
@@ -169,10 +174,17 @@ func HardenedConfig(p ContainerParams) (*dcontainer.Config, *dcontainer.HostConf
 		labels[LabelOwnerStart] = strconv.FormatUint(owner.Start, 10)
 	}
 
+	user, capAdd := fmt.Sprintf("%d:%d", uid, gid), []string(nil)
+	if p.Runtime == RuntimeGVisor {
+		// The agent and init: root with container.RootCaps only; init runs the code
+		// as the box's user, who owns the tmpfs mounts.
+		uid, gid = container.BoxUID, container.BoxGID
+		user, capAdd = "0:0", append(capAdd, container.RootCaps...)
+	}
 	stopTimeout := StopTimeout
 	cfg := &dcontainer.Config{
 		Image:        p.Image,
-		User:         fmt.Sprintf("%d:%d", uid, gid),
+		User:         user,
 		Env:          append([]string(nil), p.Env...),
 		Entrypoint:   append([]string(nil), p.Entrypoint...),
 		Cmd:          append([]string(nil), p.Cmd...),
@@ -204,6 +216,7 @@ func HardenedConfig(p ContainerParams) (*dcontainer.Config, *dcontainer.HostConf
 		},
 		ShmSize:      lim.Tmp,
 		CapDrop:      []string{"ALL"},
+		CapAdd:       capAdd,
 		SecurityOpt:  []string{"no-new-privileges:true"},
 		IpcMode:      dcontainer.IPCModePrivate,
 		CgroupnsMode: dcontainer.CgroupnsModePrivate,

@@ -93,13 +93,21 @@ func TestHardenedConfigNeverWeakens(t *testing.T) {
 		p.Owner = testOwner
 		_, hc := HardenedConfig(p)
 		cfg, _ := HardenedConfig(p)
+		// Under runsc the agent and init are the container's root with
+		// container.RootCaps only (init runs the code as the box's user); elsewhere the
+		// container's user is the box's, with no capabilities.
+		wantCaps, wantRoot := 0, false
+		if p.Runtime == RuntimeGVisor {
+			wantCaps, wantRoot = len(bc.RootCaps), true
+		}
 		switch {
 		case hc.NetworkMode != "none", !hc.ReadonlyRootfs, hc.Privileged,
-			!slices.Equal(hc.CapDrop, []string{"ALL"}), len(hc.CapAdd) != 0,
+			!slices.Equal(hc.CapDrop, []string{"ALL"}), len(hc.CapAdd) != wantCaps,
+			wantRoot && (cfg.User != "0:0" || !slices.Equal([]string(hc.CapAdd), bc.RootCaps)),
 			!slices.Equal(hc.SecurityOpt, []string{"no-new-privileges:true"}),
 			hc.MemorySwap != hc.Memory, hc.Memory <= 0, hc.PidsLimit == nil || *hc.PidsLimit <= 0,
 			hc.NanoCPUs <= 0, len(hc.Binds) != 0, len(hc.Mounts) != 0,
-			cfg.User == "" || strings.HasPrefix(cfg.User, "0:"),
+			!wantRoot && (cfg.User == "" || strings.HasPrefix(cfg.User, "0:")),
 			cfg.Labels[LabelBox] != "1", cfg.Labels[LabelOwner] != "4242@testhost":
 			t.Errorf("params %d weakened the box: config %+v host %+v", i, cfg, hc)
 		}
@@ -124,7 +132,7 @@ func TestHardenedConfigParams(t *testing.T) {
 		name      string
 		got, want any
 	}{
-		{"user", cfg.User, "1000:1001"},
+		{"runsc: the agent is root with RootCaps only (init runs the code as the box's user)", []any{cfg.User, []string(hc.CapAdd)}, []any{"0:0", bc.RootCaps}},
 		{"entrypoint", cfg.Entrypoint, []string{"/.moat-agent/moat", "__agent"}},
 		{"env", cfg.Env, []string{"A=1"}},
 		{"stdin", []bool{cfg.OpenStdin, cfg.AttachStdin, cfg.StdinOnce}, []bool{true, true, true}},
@@ -133,7 +141,7 @@ func TestHardenedConfigParams(t *testing.T) {
 		{"cpus", hc.NanoCPUs, int64(5e8)},
 		{"gvisor: pids cgroup as a backstop for the sandbox's host tasks", *hc.PidsLimit, int64((16+bc.AgentTasks)*GVisorHostTasksPerProc + GVisorHostTasks)},
 		{"gvisor: nproc holds the box's tasks", *hc.Ulimits[1], container.Ulimit{Name: "nproc", Soft: 16 + bc.AgentTasks, Hard: 16 + bc.AgentTasks}},
-		{"workspace owned by the user", hc.Tmpfs["/workspace"], "rw,exec,nosuid,nodev,size=1048576,mode=0755,uid=1000,gid=1001"},
+		{"runsc: workspace owned by the box's user, whom init runs the code as", hc.Tmpfs["/workspace"], "rw,exec,nosuid,nodev,size=1048576,mode=0755,uid=65534,gid=65534"},
 		{"tmp", hc.Tmpfs["/tmp"], "rw,exec,nosuid,nodev,size=2097152,mode=1777"},
 		{"nofile", hc.Ulimits[0].Hard, int64(64)},
 		{"extra label", cfg.Labels["dev.moat.session"], "s1"},

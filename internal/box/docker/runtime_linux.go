@@ -109,8 +109,9 @@ func (r *Runtime) Isolation() []string {
 	)
 }
 
-// AgentKillable implements container.Runtime: under runsc (gVisor's kernel) the
-// code can SIGKILL the agent.
+// AgentKillable implements container.Runtime: under runsc gVisor's kernel delivers a
+// SIGKILL to the container's init (the code cannot send one: the agent is another
+// user there, container.RootCaps).
 func (r *Runtime) AgentKillable() bool { return r.OCIRuntime == RuntimeGVisor }
 
 // boxContainer is one box's container on the daemon.

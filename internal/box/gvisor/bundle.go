@@ -51,8 +51,11 @@ type BundleParams struct {
 // Spec returns the OCI runtime spec of one box's sandbox. It touches nothing. What
 // each setting is for:
 //
-//   - process: the agent, [container.AgentPath, container.MuxRole], as
-//     container.BoxUID:BoxGID (never root), no capabilities at all, no_new_privs,
+//   - process: the agent, [container.AgentPath, container.MuxRole], as the
+//     sandbox's root with container.RootCaps only, no_new_privs (init runs the code as
+//     container.BoxUID:BoxGID with no capabilities: gVisor's kernel lets a process open
+//     the fds of another of the same user through /proc even when that one is not
+//     dumpable, so the code must not be the agent's user),
 //     cwd /workspace, no terminal (its stdio are runsc's: moat's pipes), a minimal
 //     environment, and rlimits: nofile from Limits.OpenFiles, nproc Limits.Pids plus
 //     container.AgentTasks (enforced by gVisor's kernel), core 0.
@@ -98,12 +101,14 @@ func Spec(p BundleParams) *specs.Spec {
 	return &specs.Spec{
 		Version: specs.Version,
 		Process: &specs.Process{
-			Terminal:        false,
-			User:            specs.User{UID: uid, GID: gid, AdditionalGids: []uint32{}},
-			Args:            []string{container.AgentPath, container.MuxRole},
-			Env:             []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + box.WorkspaceDir, "LANG=C.UTF-8"},
-			Cwd:             box.WorkspaceDir,
-			Capabilities:    &specs.LinuxCapabilities{},
+			Terminal: false,
+			User:     specs.User{UID: 0, GID: 0, AdditionalGids: []uint32{}},
+			Args:     []string{container.AgentPath, container.MuxRole},
+			Env:      []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + box.WorkspaceDir, "LANG=C.UTF-8"},
+			Cwd:      box.WorkspaceDir,
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: container.RootCaps, Effective: container.RootCaps, Permitted: container.RootCaps,
+			},
 			NoNewPrivileges: true,
 			Rlimits: []specs.POSIXRlimit{
 				{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile},

@@ -22,11 +22,19 @@ func TestSpec(t *testing.T) {
 		Limits:        lim,
 	})
 	p := s.Process
-	if p.User.UID != container.BoxUID || p.User.GID != container.BoxGID || len(p.User.AdditionalGids) != 0 {
+	// The agent and init are the sandbox's root with container.RootCaps and nothing
+	// more (init runs the code as the box's user, which drops them).
+	if p.User.UID != 0 || p.User.GID != 0 || len(p.User.AdditionalGids) != 0 {
 		t.Errorf("user %+v", p.User)
 	}
-	if c := p.Capabilities; c == nil || len(c.Bounding)+len(c.Effective)+len(c.Permitted)+len(c.Inheritable)+len(c.Ambient) != 0 {
-		t.Errorf("capabilities %+v, want none at all", c)
+	if c := p.Capabilities; c == nil || !slices.Equal(c.Bounding, container.RootCaps) || !slices.Equal(c.Effective, container.RootCaps) ||
+		!slices.Equal(c.Permitted, container.RootCaps) || len(c.Inheritable)+len(c.Ambient) != 0 {
+		t.Errorf("capabilities %+v, want container.RootCaps only (bounding, effective, permitted)", c)
+	}
+	for _, c := range container.RootCaps {
+		if c == "CAP_SYS_ADMIN" || c == "CAP_SYS_PTRACE" || c == "CAP_NET_ADMIN" || c == "CAP_SETPCAP" || c == "CAP_SYS_MODULE" {
+			t.Errorf("container.RootCaps has %s", c)
+		}
 	}
 	if !p.NoNewPrivileges || p.Terminal {
 		t.Errorf("no_new_privs %v, terminal %v", p.NoNewPrivileges, p.Terminal)

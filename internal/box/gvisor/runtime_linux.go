@@ -167,8 +167,10 @@ func (r *Runtime) Start(ctx context.Context, _ string, lim box.Limits) (_ contai
 	return s, nil
 }
 
-// AgentKillable implements container.Runtime: gVisor's kernel lets the code SIGKILL
-// the agent, its pid namespace's init.
+// AgentKillable implements container.Runtime: gVisor's kernel delivers a SIGKILL to
+// its pid namespace's init. The code cannot send one (the agent is another user,
+// container.RootCaps); it stays true so that an agent SIGKILLed inside the sandbox
+// is not reported as killed from outside moat.
 func (r *Runtime) AgentKillable() bool { return true }
 
 // Isolation implements container.Runtime.

@@ -44,7 +44,9 @@ type initSpec struct {
 	Rootless bool `json:"rootless"`
 	// Container: init runs in a box another runtime made (a Starter's container):
 	// the namespaces, the root, /tmp, /workspace and /.moat exist, init runs as the
-	// box's user without privileges, and it does the rest (starter_linux.go).
+	// box's user without privileges, or as the container's root with only the
+	// capabilities to run the code as the box's user (see initSpec.codeAsBoxUser),
+	// and it does the rest (starter_linux.go).
 	Container bool `json:"container"`
 	// Trace asks init to time its steps (debug knob MOAT_DEBUG_PHASES).
 	Trace bool `json:"trace"`

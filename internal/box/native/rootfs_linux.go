@@ -294,7 +294,7 @@ func copyFiles(s *initSpec) error {
 	ws := box.WorkspaceDir
 	for _, f := range s.Files {
 		src := os.NewFile(uintptr(f.FD), "file")
-		if err := copyFile(src, ws, f.Dest, !s.Rootless && !s.Container); err != nil {
+		if err := copyFile(src, ws, f.Dest, s.codeAsBoxUser()); err != nil {
 			src.Close()
 			return fmt.Errorf("copy file to %s: %w", f.Dest, err)
 		}
