@@ -207,6 +207,11 @@ func (s *session) awaitReady(ctx context.Context) error {
 		s.readInto(s.errFD, errs, nil)
 		for _, line := range s.readReport() {
 			if l, ok := box.ParseSessionLine(line); ok && l.Kind == "ready" {
+				// What the interpreter printed before its ready line is in the pipes
+				// by now, but may have come after the reads above: drop it too, or
+				// the first call would get it.
+				s.readInto(s.outFD, io.Discard, nil)
+				s.readInto(s.errFD, io.Discard, nil)
 				return nil
 			}
 		}
