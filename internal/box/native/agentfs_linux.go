@@ -36,8 +36,9 @@ import (
 // check-then-use race with code that swaps a directory for a symlink). Directories are
 // created one component at a time relative to the fd of their parent, never through a
 // symlink. An upload is written to a fresh temporary file (O_EXCL) and renamed over
-// the target, so it never writes through a link the code planted. Reads open with
-// O_NONBLOCK and accept regular files only, so a FIFO cannot stall the server or init.
+// the target, so it never writes through a link the code planted. Reads accept regular
+// files only, checked through an O_PATH fd before the file is opened (O_NONBLOCK), so a
+// FIFO cannot stall the server or init nor a socket or device be opened.
 //
 // Inside the box, they run after pivot_root, in the box's mount namespace: the host's
 // filesystem is not mounted there at all. As root, init additionally runs under the
@@ -316,12 +317,25 @@ func (w *workspace) putAt(rel string, r io.Reader, size int64) error {
 // openFile opens the regular file p below the workspace for reading and returns it
 // with its size; anything else, or a file over max bytes, is refused. The caller
 // closes the file and sends it with copyOut (init announces the size first).
+//
+// Anything but a regular file (a directory, FIFO, socket or device) is refused with
+// ErrNotRegular before it is opened for reading: p is first opened with O_PATH, which
+// never blocks nor reaches a driver, and fstat'd. (Opening a socket fails with ENXIO,
+// a device could do anything.) Should the file be swapped for another between that
+// check and the open for reading, the open is O_NONBLOCK, an ENXIO still means
+// ErrNotRegular, and the opened file is checked again.
 func (w *workspace) openFile(p string, max int64) (*os.File, int64, error) {
 	rel, err := cleanPath(p, false)
 	if err != nil {
 		return nil, 0, err
 	}
+	if err := w.checkRegular(rel); err != nil {
+		return nil, 0, err
+	}
 	fd, err := w.openBeneath(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if errors.Is(err, unix.ENXIO) {
+		return nil, 0, fmt.Errorf("%w: %s", box.ErrNotRegular, rel)
+	}
 	if err != nil {
 		return nil, 0, err
 	}
@@ -340,6 +354,31 @@ func (w *workspace) openFile(p string, max int64) (*os.File, int64, error) {
 		return nil, 0, fmt.Errorf("%w: %s is %d bytes, over the limit of %d", box.ErrFileTooLarge, rel, st.Size, max)
 	}
 	return f, st.Size, nil
+}
+
+// checkRegular returns ErrNotRegular unless rel, below the workspace, is a regular
+// file, without opening it for I/O (O_PATH).
+func (w *workspace) checkRegular(rel string) error {
+	fd, err := w.openBeneath(rel, unix.O_PATH, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return nil
+	case unix.S_IFLNK:
+		// Only without openat2 (openNoFollow, which opens the last component with
+		// O_NOFOLLOW: O_PATH then opens the symlink itself); an open for reading
+		// would fail there with ELOOP, so answer that.
+		return &os.PathError{Op: "open", Path: rel, Err: unix.ELOOP}
+	default:
+		return fmt.Errorf("%w: %s", box.ErrNotRegular, rel)
+	}
 }
 
 // copyOut copies f to w, at most max bytes, and returns how many it copied. The file
@@ -364,7 +403,17 @@ func copyOut(w io.Writer, f *os.File, max int64) (int64, error) {
 	return sent, nil
 }
 
-// list lists the workspace below dir, recursively, without following symlinks.
+// list lists the workspace below dir, recursively, without following symlinks, at
+// most box.MaxListEntries entries.
+//
+// Entries come depth first, each directory's in the order the kernel yields them
+// (unsorted), a directory before its contents. Once MaxListEntries entries are
+// listed the walk stops: a truncated listing is the first MaxListEntries entries in
+// that order, and has exactly MaxListEntries entries (the API has no other sign of
+// truncation). Directories are read in batches of at most listBatch names and no
+// further than needed, so the memory a listing takes is bounded by the cap (plus a
+// batch per directory level), not by the size of a directory: the code can fill one
+// with millions of names, and the server lists for boxes whose init serves no files.
 func (w *workspace) list(dir string) ([]box.FileInfo, error) {
 	rel, err := cleanPath(dir, true)
 	if err != nil {
@@ -383,43 +432,54 @@ func (w *workspace) list(dir string) ([]box.FileInfo, error) {
 	return out, err
 }
 
-const maxListDepth = 64
+const (
+	maxListDepth = 64
+	// listBatch is how many names walk reads from a directory at a time.
+	listBatch = 256
+)
 
-// walk appends the entries of the directory fd (which it closes) to out.
+// walk appends the entries of the directory fd (which it closes) to out, until out
+// holds box.MaxListEntries entries.
 func walk(fd int, prefix string, depth int, out *[]box.FileInfo) error {
 	d := os.NewFile(uintptr(fd), prefix)
 	defer d.Close()
-	names, err := d.Readdirnames(-1)
-	if err != nil {
-		return err
-	}
-	for _, name := range names {
-		if len(*out) >= box.MaxListEntries {
-			return nil
-		}
-		var st unix.Stat_t
-		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			continue // removed meanwhile
-		}
-		mode := fileMode(st.Mode)
-		fi := box.FileInfo{
-			Path:    prefix + name,
-			Size:    st.Size,
-			Dir:     mode.IsDir(),
-			Mode:    mode.String(),
-			ModTime: time.Unix(st.Mtim.Unix()).UTC(),
-		}
-		if fi.Dir {
-			fi.Size = 0
-		}
-		*out = append(*out, fi)
-		if fi.Dir && depth < maxListDepth {
-			sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			if err == nil {
-				if err := walk(sub, fi.Path+"/", depth+1, out); err != nil {
-					return err
+	for len(*out) < box.MaxListEntries {
+		// Never read more names than could still be listed.
+		names, rerr := d.Readdirnames(min(listBatch, box.MaxListEntries-len(*out)))
+		for _, name := range names {
+			if len(*out) >= box.MaxListEntries {
+				return nil
+			}
+			var st unix.Stat_t
+			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				continue // removed meanwhile
+			}
+			mode := fileMode(st.Mode)
+			fi := box.FileInfo{
+				Path:    prefix + name,
+				Size:    st.Size,
+				Dir:     mode.IsDir(),
+				Mode:    mode.String(),
+				ModTime: time.Unix(st.Mtim.Unix()).UTC(),
+			}
+			if fi.Dir {
+				fi.Size = 0
+			}
+			*out = append(*out, fi)
+			if fi.Dir && depth < maxListDepth {
+				sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+				if err == nil {
+					if err := walk(sub, fi.Path+"/", depth+1, out); err != nil {
+						return err
+					}
 				}
 			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
 		}
 	}
 	return nil
