@@ -40,9 +40,11 @@ const (
 // through /proc/PID/fd; a different user does. So the code cannot read or write the
 // stream to the host or init's pipes, nor signal either. SETUID and SETGID start the
 // code as the box's user, KILL signals it (timeouts, interrupts, the end of the box),
-// CHOWN, DAC_OVERRIDE and FOWNER let init place and serve the box user's files. None
-// reaches the code: changing to a uid other than 0 drops them, and no_new_privs holds.
-var RootCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER"}
+// CHOWN, DAC_OVERRIDE and FOWNER let init place and serve the box user's files, and
+// SETPCAP lets init empty the bounding set before it starts the code. None reaches
+// the code: changing to a uid other than 0 drops them, the bounding set is empty, and
+// no_new_privs holds.
+var RootCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_SETPCAP"}
 
 // AgentTasks is what the agent and the box's init (both Go) may use on top of
 // Limits.Pids, in whatever counts the box's tasks (a pids cgroup, or an nproc limit

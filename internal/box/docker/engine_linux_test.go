@@ -488,7 +488,7 @@ func TestVersionAndRuntimes(t *testing.T) {
 func rootCapsMask(t *testing.T) uint64 {
 	t.Helper()
 	nums := map[string]uint{"CAP_CHOWN": unix.CAP_CHOWN, "CAP_DAC_OVERRIDE": unix.CAP_DAC_OVERRIDE, "CAP_FOWNER": unix.CAP_FOWNER,
-		"CAP_KILL": unix.CAP_KILL, "CAP_SETGID": unix.CAP_SETGID, "CAP_SETUID": unix.CAP_SETUID}
+		"CAP_KILL": unix.CAP_KILL, "CAP_SETGID": unix.CAP_SETGID, "CAP_SETUID": unix.CAP_SETUID, "CAP_SETPCAP": unix.CAP_SETPCAP}
 	var m uint64
 	for _, c := range bc.RootCaps {
 		n, ok := nums[c]

@@ -32,7 +32,7 @@ func TestSpec(t *testing.T) {
 		t.Errorf("capabilities %+v, want container.RootCaps only (bounding, effective, permitted)", c)
 	}
 	for _, c := range container.RootCaps {
-		if c == "CAP_SYS_ADMIN" || c == "CAP_SYS_PTRACE" || c == "CAP_NET_ADMIN" || c == "CAP_SETPCAP" || c == "CAP_SYS_MODULE" {
+		if c == "CAP_SYS_ADMIN" || c == "CAP_SYS_PTRACE" || c == "CAP_NET_ADMIN" || c == "CAP_SYS_MODULE" {
 			t.Errorf("container.RootCaps has %s", c)
 		}
 	}

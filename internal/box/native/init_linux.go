@@ -234,9 +234,11 @@ func setupContained(s *initSpec, sync *os.File) (landlockABI int, err error) {
 // what the earlier steps use). Every process the caller forks inherits them.
 // Preconditions: must be called with the OS thread locked.
 func confine(s *initSpec, dropAll bool, connect []uint16) (landlockABI int, err error) {
-	if s.Container {
-		// Nothing to drop: a contained init has no capabilities, and the bounding
-		// set is the runtime's to clear (it needs CAP_SETPCAP).
+	if s.Container && os.Geteuid() != 0 {
+		// Nothing to drop: a contained init that is the box's user has no
+		// capabilities, and the bounding set is the runtime's to clear (it needs
+		// CAP_SETPCAP). A contained init that is the container's root (gVisor's,
+		// container.RootCaps) empties it as a native init does.
 	} else if err := caps.DropBounding(); err != nil {
 		return 0, stepErr(StepCaps, err)
 	}

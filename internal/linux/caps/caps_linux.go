@@ -2,7 +2,9 @@
 package caps
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -12,9 +14,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// LastCap returns the highest capability number the kernel knows.
+// LastCap returns the highest capability number the kernel knows. Where
+// /proc/sys/kernel/cap_last_cap does not exist (gVisor's kernel has none) it asks
+// prctl(PR_CAPBSET_READ), which fails with EINVAL past the last capability.
 func LastCap() (int, error) {
 	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if errors.Is(err, fs.ErrNotExist) {
+		return probeLastCap()
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -23,6 +30,19 @@ func LastCap() (int, error) {
 		return 0, fmt.Errorf("parse cap_last_cap: %w", err)
 	}
 	return n, nil
+}
+
+// probeLastCap is LastCap without /proc: the last capability PR_CAPBSET_READ knows.
+func probeLastCap() (int, error) {
+	for c := 0; c < 64; c++ {
+		if _, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err != nil {
+			if c == 0 || !errors.Is(err, unix.EINVAL) {
+				return 0, os.NewSyscallError(fmt.Sprintf("prctl(PR_CAPBSET_READ, %d)", c), err)
+			}
+			return c - 1, nil
+		}
+	}
+	return 63, nil
 }
 
 // DropBounding removes every capability but keep from the bounding set and clears the
@@ -45,7 +65,9 @@ func DropBounding(keep ...int) error {
 			return os.NewSyscallError(fmt.Sprintf("prctl(PR_CAPBSET_DROP, %d)", c), err)
 		}
 	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+	// EINVAL: a kernel without ambient capabilities (before Linux 4.3; gVisor's of
+	// 2022), where there are none to clear.
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 		return os.NewSyscallError("prctl(PR_CAP_AMBIENT_CLEAR_ALL)", err)
 	}
 	return nil
