@@ -57,7 +57,8 @@ func (b *Box) KillExcept(pid int) error {
 }
 
 // Destroy kills every process in the box, waits until it is empty (at
-// most 2 s), removes its directory in every hierarchy and closes FD's
+// most 2 s), removes its directory in every hierarchy (at most 2 s each
+// while rmdir says EBUSY) and closes FD's
 // descriptor. Calling it again after success does nothing and returns
 // nil; after a failure (ErrNotEmpty, EBUSY) it may be retried.
 func (b *Box) Destroy() error {
@@ -66,12 +67,14 @@ func (b *Box) Destroy() error {
 	if b.destroyed {
 		return nil
 	}
-	deadline := time.Now().Add(killTimeout)
-	if err := b.kill(deadline); err != nil {
+	if err := b.kill(time.Now().Add(killTimeout)); err != nil {
 		return err
 	}
+	// Each directory gets its own grace period: on a loaded host the killed tasks
+	// of a v1 box can keep the first hierarchies busy long enough that a shared
+	// deadline left the last one (memory) no time at all, and it stayed behind.
 	for _, d := range slices.Backward(b.dirs) {
-		if err := b.remove(d, deadline); err != nil {
+		if err := b.remove(d, time.Now().Add(killTimeout)); err != nil {
 			return err
 		}
 	}
