@@ -477,11 +477,15 @@ func sessionList(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return 0
 	}
 	files, err := c.ListFiles(ctx, pos[0], *dir)
-	if err != nil {
+	cut := errors.Is(err, box.ErrListTruncated)
+	if err != nil && !cut {
 		return clientError(stderr, c, err)
 	}
+	if cut {
+		fmt.Fprintf(stderr, "moat: the listing was cut after %d entries; give --dir to list a directory below\n", len(files))
+	}
 	if *jsonOut {
-		printJSON(stdout, api.FileList{Files: files})
+		printJSON(stdout, api.FileList{Files: files, Truncated: cut})
 		return 0
 	}
 	for _, f := range files {

@@ -161,12 +161,13 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, p *gate.Princ
 		}
 	}
 	files, err := s.eng.ListFiles(r.Context(), p.Name, id, dir)
-	if err != nil {
+	cut := errors.Is(err, box.ErrListTruncated)
+	if err != nil && !cut {
 		return err
 	}
 	if files == nil {
 		files = []box.FileInfo{}
 	}
-	writeJSON(w, http.StatusOK, FileList{Files: files})
+	writeJSON(w, http.StatusOK, FileList{Files: files, Truncated: cut})
 	return nil
 }

@@ -92,6 +92,9 @@ type SessionList struct {
 // FileList is the body of GET /v1/sessions/{id}/files.
 type FileList struct {
 	Files []box.FileInfo `json:"files"`
+	// Truncated: the listing was cut (box.MaxListEntries, box.MaxListBytes); list a
+	// directory below (?dir=) for the rest.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // PutFileResponse is the body of a 201 answer to PUT /v1/sessions/{id}/files/{path}.

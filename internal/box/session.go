@@ -86,7 +86,8 @@ type Session interface {
 	// (ErrFileTooLarge), and returns its size.
 	GetFile(ctx context.Context, path string, w io.Writer, max int64) (int64, error)
 	// ListFiles lists the workspace below dir ("" or "." for all of it), recursively,
-	// at most MaxListEntries entries.
+	// at most MaxListEntries entries and MaxListBytes of paths. A listing cut there is
+	// returned with ErrListTruncated.
 	ListFiles(ctx context.Context, dir string) ([]FileInfo, error)
 	// RemoveFile removes a file or an empty directory.
 	RemoveFile(ctx context.Context, path string) error
@@ -112,8 +113,13 @@ type FileInfo struct {
 	ModTime time.Time `json:"mod_time"`
 }
 
-// MaxListEntries bounds a workspace listing.
-const MaxListEntries = 10000
+// MaxListEntries and MaxListBytes bound a workspace listing: its entries, and the
+// bytes of its paths (each counted as JSON escapes it, plus 128 for its other
+// fields), which keep it within one frame of the native box's agent.
+const (
+	MaxListEntries = 10000
+	MaxListBytes   = 3 << 20
+)
 
 // Session errors. Backends wrap them with detail; test them with errors.Is.
 var (
@@ -136,4 +142,26 @@ var (
 	ErrFileConflict = errors.New("file conflict")
 	// ErrWorkspaceFull: the workspace has no room left (its disk limit).
 	ErrWorkspaceFull = errors.New("workspace full")
+	// ErrListTruncated comes with a listing cut at MaxListEntries or MaxListBytes:
+	// the entries are the first ones of the whole listing; list a directory below
+	// for the rest.
+	ErrListTruncated = errors.New("listing truncated: list a directory below for the rest")
 )
+
+// ListCost is what an entry of path counts against MaxListBytes: its bytes as JSON
+// may escape them (6 for a control character, a quote, a backslash or <, >, &;
+// invalid UTF-8 becomes the 3 bytes of U+FFFD), plus 128 for its other fields.
+func ListCost(path string) int {
+	n := 128
+	for i := 0; i < len(path); i++ {
+		switch c := path[i]; {
+		case c < 0x20, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			n += 6
+		case c >= 0x80:
+			n += 3
+		default:
+			n++
+		}
+	}
+	return n
+}

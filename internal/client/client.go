@@ -194,15 +194,21 @@ func (c *Client) GetFile(ctx context.Context, id, path string, w io.Writer) (int
 	return n, nil
 }
 
-// ListFiles lists the session's workspace below dir ("" for all of it).
+// ListFiles lists the session's workspace below dir ("" for all of it). A listing
+// the server cut (api.FileList.Truncated) comes with box.ErrListTruncated.
 func (c *Client) ListFiles(ctx context.Context, id, dir string) ([]box.FileInfo, error) {
 	p := "/v1/sessions/" + url.PathEscape(id) + "/files"
 	if dir != "" {
 		p += "?dir=" + url.QueryEscape(dir)
 	}
 	var l api.FileList
-	err := c.do(ctx, "GET", p, nil, &l)
-	return l.Files, err
+	if err := c.do(ctx, "GET", p, nil, &l); err != nil {
+		return nil, err
+	}
+	if l.Truncated {
+		return l.Files, box.ErrListTruncated
+	}
+	return l.Files, nil
 }
 
 // RemoveFile removes a file or an empty directory from the session's workspace.

@@ -591,7 +591,8 @@ func (s *Server) fileList(ctx context.Context, c *client, in fileListArgs) (*sdk
 		}
 	}
 	files, err := s.eng.ListFiles(ctx, owner, in.SessionID, dir)
-	if err != nil {
+	cut := errors.Is(err, box.ErrListTruncated)
+	if err != nil && !cut {
 		return nil, err
 	}
 	const maxLines = 500
@@ -614,12 +615,15 @@ func (s *Server) fileList(ctx context.Context, c *client, in fileListArgs) (*sdk
 			fmt.Fprintf(&b, "%s  %d bytes\n", f.Path, f.Size)
 		}
 	}
+	if cut {
+		fmt.Fprintf(&b, "[the listing was cut after %d entries; give dir to list a directory below]\n", len(files))
+	}
 	if files == nil {
 		files = []box.FileInfo{}
 	}
 	return &sdk.CallToolResult{
 		Content:           []sdk.Content{&sdk.TextContent{Text: strings.TrimSpace(b.String())}},
-		StructuredContent: map[string]any{"files": files},
+		StructuredContent: map[string]any{"files": files, "truncated": cut},
 	}, nil
 }
 

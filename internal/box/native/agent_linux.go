@@ -163,7 +163,11 @@ func (a *agent) serve(req *agentReq) error {
 		return a.getFile(req.Path, req.Max)
 	case opList:
 		files, err := a.ws.list(req.Path)
-		return a.send(answer(agentMsg{Kind: "list", Files: files}, err))
+		cut := errors.Is(err, box.ErrListTruncated)
+		if cut {
+			err = nil
+		}
+		return a.send(answer(agentMsg{Kind: "list", Files: files, Truncated: cut}, err))
 	case opRemove:
 		return a.send(answer(agentMsg{Kind: "ok"}, a.ws.remove(req.Path)))
 	default:

@@ -404,16 +404,16 @@ func copyOut(w io.Writer, f *os.File, max int64) (int64, error) {
 }
 
 // list lists the workspace below dir, recursively, without following symlinks, at
-// most box.MaxListEntries entries.
+// most box.MaxListEntries entries and box.MaxListBytes of paths (box.ListCost).
 //
 // Entries come depth first, each directory's in the order the kernel yields them
-// (unsorted), a directory before its contents. Once MaxListEntries entries are
-// listed the walk stops: a truncated listing is the first MaxListEntries entries in
-// that order, and has exactly MaxListEntries entries (the API has no other sign of
-// truncation). Directories are read in batches of at most listBatch names and no
-// further than needed, so the memory a listing takes is bounded by the cap (plus a
-// batch per directory level), not by the size of a directory: the code can fill one
-// with millions of names, and the server lists for boxes whose init serves no files.
+// (unsorted), a directory before its contents. Once a bound is reached the walk
+// stops: a truncated listing is the first entries in that order, returned with
+// box.ErrListTruncated. Directories are read in batches of at most listBatch names
+// and no further than needed, so the memory a listing takes is bounded by the caps
+// (plus a batch per directory level), not by the size of a directory: the code can
+// fill one with millions of names, and the server lists for boxes whose init serves
+// no files.
 func (w *workspace) list(dir string) ([]box.FileInfo, error) {
 	rel, err := cleanPath(dir, true)
 	if err != nil {
@@ -423,13 +423,18 @@ func (w *workspace) list(dir string) ([]box.FileInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := []box.FileInfo{}
+	l := &listing{out: []box.FileInfo{}}
 	prefix := ""
 	if rel != "." {
 		prefix = rel + "/"
 	}
-	err = walk(fd, prefix, 0, &out)
-	return out, err
+	if err := l.walk(fd, prefix, 0); err != nil {
+		return nil, err
+	}
+	if l.truncated {
+		return l.out, box.ErrListTruncated
+	}
+	return l.out, nil
 }
 
 const (
@@ -438,16 +443,34 @@ const (
 	listBatch = 256
 )
 
-// walk appends the entries of the directory fd (which it closes) to out, until out
-// holds box.MaxListEntries entries.
-func walk(fd int, prefix string, depth int, out *[]box.FileInfo) error {
+// listing is a listing being made: its entries, the bytes they count
+// (box.ListCost), and whether a bound cut it.
+type listing struct {
+	out       []box.FileInfo
+	bytes     int
+	truncated bool
+}
+
+// full reports whether the listing can take no entry of path, and marks it cut.
+func (l *listing) full(path string) bool {
+	if len(l.out) >= box.MaxListEntries || l.bytes+box.ListCost(path) > box.MaxListBytes {
+		l.truncated = true
+	}
+	return l.truncated
+}
+
+// walk appends the entries of the directory fd (which it closes) to the listing,
+// until it is full.
+func (l *listing) walk(fd int, prefix string, depth int) error {
 	d := os.NewFile(uintptr(fd), prefix)
 	defer d.Close()
-	for len(*out) < box.MaxListEntries {
-		// Never read more names than could still be listed.
-		names, rerr := d.Readdirnames(min(listBatch, box.MaxListEntries-len(*out)))
+	for !l.truncated {
+		// Never read more names than could still be listed (and one more, to know
+		// whether the listing is cut).
+		names, rerr := d.Readdirnames(min(listBatch, box.MaxListEntries-len(l.out)+1))
 		for _, name := range names {
-			if len(*out) >= box.MaxListEntries {
+			path := prefix + name
+			if l.full(path) {
 				return nil
 			}
 			var st unix.Stat_t
@@ -456,7 +479,7 @@ func walk(fd int, prefix string, depth int, out *[]box.FileInfo) error {
 			}
 			mode := fileMode(st.Mode)
 			fi := box.FileInfo{
-				Path:    prefix + name,
+				Path:    path,
 				Size:    st.Size,
 				Dir:     mode.IsDir(),
 				Mode:    mode.String(),
@@ -465,11 +488,12 @@ func walk(fd int, prefix string, depth int, out *[]box.FileInfo) error {
 			if fi.Dir {
 				fi.Size = 0
 			}
-			*out = append(*out, fi)
+			l.out = append(l.out, fi)
+			l.bytes += box.ListCost(path)
 			if fi.Dir && depth < maxListDepth {
 				sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 				if err == nil {
-					if err := walk(sub, fi.Path+"/", depth+1, out); err != nil {
+					if err := l.walk(sub, fi.Path+"/", depth+1); err != nil {
 						return err
 					}
 				}

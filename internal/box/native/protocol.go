@@ -144,6 +144,8 @@ type agentMsg struct {
 	Error string         `json:"error,omitempty"`
 	Size  int64          `json:"size,omitempty"`
 	Files []box.FileInfo `json:"files,omitempty"`
+	// list: the listing was cut (box.ErrListTruncated).
+	Truncated bool `json:"truncated,omitempty"`
 	// exited: how the interpreter ended.
 	ExitCode int `json:"exit_code,omitempty"`
 	Signal   int `json:"signal,omitempty"`

@@ -819,13 +819,17 @@ func (s *session) ListFiles(ctx context.Context, dir string) ([]box.FileInfo, er
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var files []box.FileInfo
+	var (
+		files []box.FileInfo
+		cut   bool
+	)
 	if ws := s.bp.ws; ws != nil {
 		if err := s.Err(); err != nil {
 			return nil, err
 		}
 		var err error
-		if files, err = ws.list(dir); err != nil {
+		files, err = ws.list(dir)
+		if cut = errors.Is(err, box.ErrListTruncated); err != nil && !cut {
 			return nil, localError(err, dir)
 		}
 	} else {
@@ -833,13 +837,17 @@ func (s *session) ListFiles(ctx context.Context, dir string) ([]box.FileInfo, er
 		if err != nil {
 			return nil, err
 		}
-		files = m.Files
+		files, cut = m.Files, m.Truncated
 	}
+	// The box's agent is held to the same bounds, but answers from inside the box.
 	if len(files) > box.MaxListEntries {
-		files = files[:box.MaxListEntries]
+		files, cut = files[:box.MaxListEntries], true
 	}
 	if files == nil {
 		files = []box.FileInfo{}
+	}
+	if cut {
+		return files, box.ErrListTruncated
 	}
 	return files, nil
 }

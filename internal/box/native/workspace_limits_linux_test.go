@@ -1,6 +1,7 @@
 package native
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -230,5 +231,31 @@ func TestWorkspaceGetNotRegular(t *testing.T) {
 	defer f.Close()
 	if b, err := io.ReadAll(f); err != nil || string(b) != "data" || size != 4 {
 		t.Errorf("get a regular file: %q (size %d), %v", b, size, err)
+	}
+}
+
+// TestSessionListLongPaths: a listing of box.MaxListEntries long paths, more than one
+// frame of the in-box agent can carry, is still answered (cut, not an error), and the
+// session goes on.
+func TestSessionListLongPaths(t *testing.T) {
+	s := startBash(t, box.Limits{})
+	dir := strings.Repeat("d", 200)
+	res := call(t, s, `mkdir -p /workspace/`+dir+` && cd /workspace/`+dir+` && for i in $(seq 10100); do : > "$(printf 'f%0250d' $i)"; done; echo made`, 120*time.Second)
+	if res.Status != box.StatusOK || res.Stdout != "made\n" {
+		t.Fatalf("make the files: status %s stdout %q stderr %q", res.Status, res.Stdout, res.Stderr)
+	}
+	files, err := s.ListFiles(context.Background(), "")
+	if !errors.Is(err, box.ErrListTruncated) {
+		t.Fatalf("list: %v, want box.ErrListTruncated", err)
+	}
+	cost := 0
+	for _, f := range files {
+		cost += box.ListCost(f.Path)
+	}
+	if len(files) < 1000 || len(files) >= box.MaxListEntries || cost > box.MaxListBytes {
+		t.Fatalf("listed %d entries costing %d bytes: want a listing cut by MaxListBytes (%d)", len(files), cost, box.MaxListBytes)
+	}
+	if res := call(t, s, "echo still here", 10*time.Second); res.Stdout != "still here\n" {
+		t.Fatalf("after the listing: status %s stdout %q stderr %q", res.Status, res.Stdout, res.Stderr)
 	}
 }
