@@ -28,7 +28,8 @@ func (p *phaseTrace) mark(name string) {
 
 func (p *phaseTrace) report(log *slog.Logger) {
 	if traceEnabled {
-		log.Info("box phases", p.attrs...)
+		// Warn: the knob was set on purpose, and moat run logs only warnings.
+		log.Warn("box phases (MOAT_DEBUG_PHASES)", p.attrs...)
 	}
 }
 
