@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 
 	_ "github.com/moat-sandbox/moat/internal/box/native" // registers the box init role
 	"github.com/moat-sandbox/moat/internal/childproc"
@@ -52,6 +53,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	switch args[0] {
+	case "run", "serve", "mcp", "bench", "loadtest":
+		if builtWithCgo() {
+			fmt.Fprintln(stderr, cgoRefusal)
+			return exitInternal
+		}
+	}
+	switch args[0] {
 	case "run":
 		return cmdRun(args[1:], stdin, stdout, stderr)
 	case "serve":
@@ -82,4 +90,23 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "moat: unknown command %q\n\n%s", args[0], usage)
 		return exitUsage
 	}
+}
+
+// cgoRefusal is what the commands that make boxes say in a binary built with cgo.
+const cgoRefusal = "moat: this binary was built with cgo, where a box's init cannot set no_new_privs on all its threads (syscall.AllThreadsSyscall); build it with CGO_ENABLED=0 (make build)"
+
+// builtWithCgo reports whether this binary was built with CGO_ENABLED=1 (go build's
+// default where a C compiler is installed). In such a binary every native box would
+// fail at its no-new-privs step, so the commands that make boxes refuse at once.
+func builtWithCgo() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "CGO_ENABLED" {
+			return s.Value == "1"
+		}
+	}
+	return false
 }
