@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"regexp"
+	"sync"
 
 	"github.com/moat-sandbox/moat/internal/engine"
 	"github.com/moat-sandbox/moat/internal/gate"
@@ -10,12 +11,12 @@ import (
 
 // sessionIDRE is what a session id can look like; anything else cannot name a
 // session (404, without asking the engine).
-var sessionIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+var sessionIDRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`) })
 
 // sessionID returns the {id} of r's path.
 func sessionID(r *http.Request) (string, error) {
 	id := r.PathValue("id")
-	if !sessionIDRE.MatchString(id) {
+	if !sessionIDRE().MatchString(id) {
 		return "", errorf(CodeNotFound, "no such session")
 	}
 	return id, nil

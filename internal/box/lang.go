@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -101,7 +102,7 @@ var SafeEnv = []string{
 	"MPLBACKEND=Agg", // figures render off-screen; the runner returns them as displays
 }
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // CheckEnv validates one KEY=VALUE pair given by a caller.
 func CheckEnv(kv string) error {
@@ -109,7 +110,7 @@ func CheckEnv(kv string) error {
 	if !ok {
 		return fmt.Errorf("environment entry %q is not KEY=VALUE", kv)
 	}
-	if !envName.MatchString(k) {
+	if !envName().MatchString(k) {
 		return fmt.Errorf("environment name %q is not valid (letters, digits and _, not starting with a digit)", k)
 	}
 	if strings.IndexByte(v, 0) >= 0 {

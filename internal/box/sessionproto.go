@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"sync"
 )
 
 // The session protocol between a backend and the interpreter in a session's box.
@@ -44,7 +45,9 @@ type SessionLine struct {
 }
 
 // doneLine is a done line, exactly as the Python runner and the shell write it.
-var doneLine = regexp.MustCompile(`^\{"kind":"done","id":(0|[1-9][0-9]{0,18}),"exit":(0|[1-9][0-9]{0,2})\}$`)
+var doneLine = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^\{"kind":"done","id":(0|[1-9][0-9]{0,18}),"exit":(0|[1-9][0-9]{0,2})\}$`)
+})
 
 // ParseSessionLine recognises a "ready" or "done" line; ok is false for anything else
 // (the call's report lines, garbage). It is strict: the line (without its newline;
@@ -61,7 +64,7 @@ func ParseSessionLine(line []byte) (SessionLine, bool) {
 	if bytes.Equal(line, []byte(`{"kind":"ready"}`)) {
 		return SessionLine{Kind: "ready"}, true
 	}
-	m := doneLine.FindSubmatch(line)
+	m := doneLine().FindSubmatch(line)
 	if m == nil {
 		return SessionLine{}, false
 	}

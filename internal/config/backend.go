@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/moat-sandbox/moat/internal/box"
 )
@@ -41,7 +42,7 @@ var BackendNames = []string{BackendNative, BackendDocker, BackendGVisor}
 // (the default, works everywhere), systrap (newer runsc) and kvm (needs /dev/kvm).
 var GVisorPlatforms = []string{"ptrace", "systrap", "kvm"}
 
-var imageRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$`)
+var imageRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$`) })
 
 // Backend chooses what makes boxes. The zero value is the native backend. The
 // --backend flag of moat run, moat serve and moat mcp replaces Name (and then no
@@ -203,7 +204,7 @@ func (c *Config) checkBackend(ps *problems) {
 		ps.add("backend.docker.runtime", "unknown runtime %q (want runc or runsc: the runtimes moat is tested with)", d.Runtime)
 	}
 	if d.Image != "" {
-		if !imageRE.MatchString(d.Image) {
+		if !imageRE().MatchString(d.Image) {
 			ps.add("backend.docker.image", "invalid image reference %q (e.g. python:3.12-slim)", d.Image)
 		}
 	}
@@ -212,7 +213,7 @@ func (c *Config) checkBackend(ps *problems) {
 		switch {
 		case box.Languages[lang].Name == "":
 			ps.add("backend.docker.images."+lang, "unknown language %q (want %s)", lang, orList(slices.Sorted(maps.Keys(box.Languages))))
-		case !imageRE.MatchString(img):
+		case !imageRE().MatchString(img):
 			ps.add("backend.docker.images."+lang, "invalid image reference %q (e.g. python:3.12-slim)", img)
 		}
 	}

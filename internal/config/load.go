@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
@@ -337,18 +338,18 @@ func orList(names []string) string {
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
-var plainSegRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+var plainSegRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_.-]+$`) })
 
 // seg spells a map key or unknown key as a segment of a setting path: as is when
 // plain, quoted otherwise.
 func seg(key string) string {
-	if plainSegRE.MatchString(key) {
+	if plainSegRE().MatchString(key) {
 		return key
 	}
 	return strconv.Quote(key)
 }
 
-var yamlLineRE = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
+var yamlLineRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`) })
 
 // addYAMLError turns an error of the yaml package into problems with lines.
 func addYAMLError(ps *problems, err error) {
@@ -359,7 +360,7 @@ func addYAMLError(ps *problems, err error) {
 		lines = []string{err.Error()}
 	}
 	for _, l := range lines {
-		if m := yamlLineRE.FindStringSubmatch(l); m != nil {
+		if m := yamlLineRE().FindStringSubmatch(l); m != nil {
 			n, _ := strconv.Atoi(m[1])
 			ps.addLine(max(n, 1), "", "%s", m[2])
 			continue

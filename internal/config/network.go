@@ -148,13 +148,13 @@ func (c *Config) checkNetwork(ps *problems, path string, n NetworkPolicy) Resolv
 	seen := map[string]bool{}
 	for i, s := range n.Secrets {
 		sp := fmt.Sprintf("%s.secrets[%d]", path, i)
-		if !envNameRE.MatchString(s.Env) {
+		if !envNameRE().MatchString(s.Env) {
 			ps.add(sp+".env", "invalid variable name %q", s.Env)
 		} else if seen[s.Env] {
 			ps.add(sp+".env", "secret %s is given twice", s.Env)
 		}
 		seen[s.Env] = true
-		if !envNameRE.MatchString(s.FromEnv) {
+		if !envNameRE().MatchString(s.FromEnv) {
 			ps.add(sp+".from_env", "invalid variable name %q (name the variable of moat's environment that holds the value)", s.FromEnv)
 		}
 		if len(s.Hosts) == 0 {

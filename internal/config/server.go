@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -254,10 +255,10 @@ func (c *Config) ResolveServer(lookupEnv func(string) (string, bool)) (ResolvedS
 }
 
 var (
-	principalRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
-	envNameRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	hostRE      = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$`)
-	rateRE      = regexp.MustCompile(`^([0-9]+)/([smh])$`)
+	principalRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9_-]{1,64}$`) })
+	envNameRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
+	hostRE      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$`) })
+	rateRE      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([0-9]+)/([smh])$`) })
 )
 
 // checkServer checks c.Server and returns it resolved. With lookupEnv nil it
@@ -352,7 +353,7 @@ func (c *Config) checkServer(ps *problems, present func(string) bool, lookupEnv 
 		switch first, dup := principals[k.Principal]; {
 		case k.Principal == "":
 			ps.add(base+".principal", "missing principal name")
-		case !principalRE.MatchString(k.Principal):
+		case !principalRE().MatchString(k.Principal):
 			ps.add(base+".principal", "invalid principal name %q (want 1 to 64 of a-z, 0-9, _ and -)", k.Principal)
 		case dup:
 			ps.add(base+".principal", "duplicate principal %q (also api_keys[%d])", k.Principal, first)
@@ -368,7 +369,7 @@ func (c *Config) checkServer(ps *problems, present func(string) bool, lookupEnv 
 			ps.add(base, "missing key (give key_env, the variable holding the key, or key_sha256, its hex SHA-256)")
 		case hasEnv:
 			p := base + ".key_env"
-			if !envNameRE.MatchString(k.KeyEnv) {
+			if !envNameRE().MatchString(k.KeyEnv) {
 				ps.add(p, "invalid variable name %q", k.KeyEnv)
 				break
 			}
@@ -464,7 +465,7 @@ func count(p string, v int, dst *int, ps *problems, present func(string) bool) {
 // ParseRate parses a rate quota, "N/s", "N/m" or "N/h", into tokens per second and
 // a burst of N.
 func ParseRate(s string) (perSecond float64, burst int, err error) {
-	m := rateRE.FindStringSubmatch(strings.TrimSpace(s))
+	m := rateRE().FindStringSubmatch(strings.TrimSpace(s))
 	if m == nil {
 		return 0, 0, fmt.Errorf("invalid rate %q (want N/s, N/m or N/h, e.g. 60/m)", s)
 	}
@@ -485,7 +486,7 @@ func checkListen(addr string) string {
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > math.MaxUint16 {
 		return fmt.Sprintf("invalid port %q in %q (want a number from 0 to 65535)", port, addr)
 	}
-	if host != "" && net.ParseIP(host) == nil && !hostRE.MatchString(host) {
+	if host != "" && net.ParseIP(host) == nil && !hostRE().MatchString(host) {
 		return fmt.Sprintf("invalid host %q in %q (want an IP address or a host name)", host, addr)
 	}
 	return ""

@@ -9,16 +9,19 @@ import (
 	"regexp/syntax"
 	"slices"
 	"strings"
+	"sync"
 )
 
 var (
-	profileNameRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
-	ruleNameRE    = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
-	identRE       = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	moduleRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+	profileNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9_-]{1,64}$`) })
+	ruleNameRE    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9_-]{1,64}$`) })
+	identRE       = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
+	moduleRE      = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+	})
 	// attrGlobRE: an attribute name with path.Match metacharacters, no dots.
-	attrGlobRE = regexp.MustCompile(`^[A-Za-z0-9_*?\[\]^!-]+$`)
-	envGlobRE  = regexp.MustCompile(`^[A-Za-z0-9_*?\[\]^!-]+$`)
+	attrGlobRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_*?\[\]^!-]+$`) })
+	envGlobRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_*?\[\]^!-]+$`) })
 )
 
 // Validate checks c as a whole and returns an *Error listing every problem, with
@@ -94,7 +97,7 @@ func (c *Config) checkProfile(ps *problems, name string, present func(string) bo
 	switch {
 	case isBuiltin(name):
 		ps.add(base, "redefines the builtin profile %q (choose another name and use extends: %s)", name, name)
-	case !profileNameRE.MatchString(name):
+	case !profileNameRE().MatchString(name):
 		ps.add(base, "invalid profile name %q (want 1 to 64 of a-z, 0-9, _ and -)", name)
 	}
 	chainOK := c.checkExtends(ps, name, base)
@@ -214,7 +217,7 @@ func (f Filter) check(ps *problems) {
 		switch {
 		case r.Name == "":
 			ps.add(rp+".name", "missing rule name")
-		case !ruleNameRE.MatchString(r.Name):
+		case !ruleNameRE().MatchString(r.Name):
 			ps.add(rp+".name", "invalid rule name %q (want 1 to 64 of a-z, 0-9, _ and -)", r.Name)
 		case seen[r.Name]:
 			ps.add(rp+".name", "duplicate rule name %q", r.Name)
@@ -280,7 +283,7 @@ func checkModule(s string) string {
 	switch {
 	case s == "":
 		return "empty module name"
-	case !moduleRE.MatchString(s):
+	case !moduleRE().MatchString(s):
 		return fmt.Sprintf("invalid module name %q (want a dotted python name such as os.path)", s)
 	}
 	return ""
@@ -290,7 +293,7 @@ func checkIdent(s string) string {
 	switch {
 	case s == "":
 		return "empty name"
-	case !identRE.MatchString(s):
+	case !identRE().MatchString(s):
 		return fmt.Sprintf("invalid name %q (want a python identifier)", s)
 	}
 	return ""
@@ -302,7 +305,7 @@ func checkAttrGlob(s string) string {
 		return "empty attribute pattern"
 	case strings.Contains(s, "."):
 		return fmt.Sprintf("invalid attribute pattern %q: one attribute per pattern (give submodules their own key, e.g. os.path)", s)
-	case !attrGlobRE.MatchString(s):
+	case !attrGlobRE().MatchString(s):
 		return fmt.Sprintf("invalid attribute pattern %q (want a name or a glob such as exec*)", s)
 	}
 	if _, err := path.Match(s, ""); err != nil {
@@ -324,7 +327,7 @@ func checkCommand(s string) string {
 }
 
 func checkRuleName(s string) string {
-	if !ruleNameRE.MatchString(s) {
+	if !ruleNameRE().MatchString(s) {
 		return fmt.Sprintf("invalid rule name %q (want 1 to 64 of a-z, 0-9, _ and -)", s)
 	}
 	return ""
@@ -334,7 +337,7 @@ func checkEnvGlob(s string) string {
 	switch {
 	case s == "":
 		return "empty variable name"
-	case !envGlobRE.MatchString(s):
+	case !envGlobRE().MatchString(s):
 		return fmt.Sprintf("invalid variable name %q (want a name or a glob such as *_TOKEN)", s)
 	}
 	if _, err := path.Match(s, ""); err != nil {

@@ -68,7 +68,7 @@ func New(cfg *config.Config, backend box.Backend, environ []string, log *slog.Lo
 	if log == nil {
 		log = slog.Default()
 	}
-	if err := cfg.CheckFilterNames(ruleNames(filter.DefaultRules()), ruleNames(filter.OptInRules())); err != nil {
+	if err := cfg.CheckFilterNames(filter.DefaultRuleNames(), filter.OptInRuleNames()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	fc := cfg.Filter
@@ -344,14 +344,6 @@ func buildRedactor(fc config.Filter, environ []string) (*filter.Redactor, error)
 		rules = append(rules, r)
 	}
 	return filter.New(rules, secretValues(fc, environ)), nil
-}
-
-func ruleNames(rules []filter.Rule) []string {
-	out := make([]string, len(rules))
-	for i, r := range rules {
-		out[i] = r.Name
-	}
-	return out
 }
 
 // secretValues returns the values of moat's own environment variables that the config

@@ -375,10 +375,26 @@ func DefaultRules() []Rule { return slices.Clone(builtDefault()) }
 //     "TOKEN=..." and similar (8 to 200 characters).
 func OptInRules() []Rule { return slices.Clone(builtOptIn()) }
 
-// RuleByName finds a rule among DefaultRules and OptInRules.
+// DefaultRuleNames and OptInRuleNames are the names of DefaultRules and OptInRules,
+// in the same order, without compiling any rule.
+func DefaultRuleNames() []string { return builtinNames(defaultRules) }
+
+// OptInRuleNames: see DefaultRuleNames.
+func OptInRuleNames() []string { return builtinNames(optInRules) }
+
+func builtinNames(bs []builtin) []string {
+	out := make([]string, len(bs))
+	for i, b := range bs {
+		out[i] = b.name
+	}
+	return out
+}
+
+// RuleByName finds a rule among DefaultRules and OptInRules. Only the set that holds
+// the rule is compiled.
 func RuleByName(name string) (Rule, bool) {
-	for _, set := range [][]Rule{builtDefault(), builtOptIn()} {
-		for _, r := range set {
+	for _, set := range []func() []Rule{builtDefault, builtOptIn} {
+		for _, r := range set() {
 			if r.Name == name {
 				return r, true
 			}

@@ -3,6 +3,7 @@ package filter
 import (
 	"errors"
 	"regexp"
+	"slices"
 	"testing"
 )
 
@@ -319,5 +320,22 @@ func TestReplacedPatternDropsTuning(t *testing.T) {
 	got, n := New([]Rule{r}, nil).Redact("xsk-abcd")
 	if got != "x[REDACTED:openai_key]" || n != 1 {
 		t.Errorf("got %q, %d", got, n)
+	}
+}
+
+// TestRuleNames: the names the config is checked against, taken without compiling
+// any rule, are those of the compiled rules, in order.
+func TestRuleNames(t *testing.T) {
+	for _, c := range []struct {
+		names []string
+		rules []Rule
+	}{{DefaultRuleNames(), DefaultRules()}, {OptInRuleNames(), OptInRules()}} {
+		got := make([]string, len(c.rules))
+		for i, r := range c.rules {
+			got[i] = r.Name
+		}
+		if len(got) == 0 || !slices.Equal(got, c.names) {
+			t.Errorf("names %v, rules named %v", c.names, got)
+		}
 	}
 }

@@ -4,19 +4,22 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 var (
 	// traceHeader starts a goroutine's stack in a Go panic or runtime.Stack dump.
-	traceHeader = regexp.MustCompile(`^goroutine \d+ \[`)
+	traceHeader = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^goroutine \d+ \[`) })
 	// goSource is a Go source location, as in stack frames and log.Lshortfile.
-	goSource = regexp.MustCompile(`\.go:\d+`)
+	goSource = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\.go:\d+`) })
 	// traceFunc is a frame's function line: "main.main()", "pkg.(*T).M(0xc0, {0x1})".
-	traceFunc = regexp.MustCompile(`^[^\s(]+\(.*\)$`)
+	traceFunc = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[^\s(]+\(.*\)$`) })
 	// ipPort is an IPv4 or bracketed IPv6 address, or localhost, with a port.
-	ipPort = regexp.MustCompile(`(?:\b(?:[0-9]{1,3}\.){3}[0-9]{1,3}|\[[0-9A-Fa-f:.]+(?:%[0-9A-Za-z._-]+)?\]|\blocalhost):[0-9]{1,5}\b`)
+	ipPort = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?:\b(?:[0-9]{1,3}\.){3}[0-9]{1,3}|\[[0-9A-Fa-f:.]+(?:%[0-9A-Za-z._-]+)?\]|\blocalhost):[0-9]{1,5}\b`)
+	})
 	// absPath is a candidate absolute path; absPathStart decides whether it is one.
-	absPath = regexp.MustCompile(`/[A-Za-z0-9._~@%+=,-]+(?:/[A-Za-z0-9._~@%+=,-]*)*`)
+	absPath = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`/[A-Za-z0-9._~@%+=,-]+(?:/[A-Za-z0-9._~@%+=,-]*)*`) })
 )
 
 // boxRoots are the directories of the box that error texts may name: the workspace,
@@ -41,7 +44,7 @@ func SanitizeError(msg string) string {
 	kept := lines[:0]
 	inTrace := false
 	for _, ln := range lines {
-		if traceHeader.MatchString(ln) {
+		if traceHeader().MatchString(ln) {
 			for len(kept) > 0 && strings.TrimSpace(kept[len(kept)-1]) == "" {
 				kept = kept[:len(kept)-1] // the blank line that separates a trace
 			}
@@ -54,13 +57,13 @@ func SanitizeError(msg string) string {
 			}
 			inTrace = false
 		}
-		if goSource.MatchString(ln) {
+		if goSource().MatchString(ln) {
 			continue
 		}
 		kept = append(kept, ln)
 	}
 	out := strings.TrimRight(strings.Join(kept, "\n"), " \t\r\n")
-	out = ipPort.ReplaceAllString(out, "<addr>")
+	out = ipPort().ReplaceAllString(out, "<addr>")
 	return sanitizePaths(out)
 }
 
@@ -69,11 +72,11 @@ func isTraceLine(ln string) bool {
 	return t == "" || ln[0] == ' ' || ln[0] == '\t' ||
 		strings.HasPrefix(ln, "created by ") ||
 		strings.HasPrefix(t, "...") || // "...additional frames elided..."
-		traceFunc.MatchString(ln) || goSource.MatchString(ln)
+		traceFunc().MatchString(ln) || goSource().MatchString(ln)
 }
 
 func sanitizePaths(s string) string {
-	locs := absPath.FindAllStringIndex(s, -1)
+	locs := absPath().FindAllStringIndex(s, -1)
 	if locs == nil {
 		return s
 	}

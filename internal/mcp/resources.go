@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -47,11 +48,13 @@ func fileURI(id, p string) string {
 	return fileURIPrefix + id + "/files/" + strings.Join(segs, "/")
 }
 
-var fileURIRE = regexp.MustCompile(`^moat://sessions/([A-Za-z0-9_-]{1,128})/files/(.+)$`)
+var fileURIRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^moat://sessions/([A-Za-z0-9_-]{1,128})/files/(.+)$`)
+})
 
 // parseFileURI splits a file resource URI into its session id and path.
 func parseFileURI(uri string) (id, p string, ok bool) {
-	m := fileURIRE.FindStringSubmatch(uri)
+	m := fileURIRE().FindStringSubmatch(uri)
 	if m == nil {
 		return "", "", false
 	}
