@@ -37,6 +37,8 @@
 //     NEWNET or NEWCGROUP (mask 0x7E020000) fails with EPERM.
 //   - clone3(2) fails with ENOSYS, so glibc falls back to clone(2).
 //   - ioctl(2) TIOCSTI and TIOCLINUX fail with EPERM.
+//   - mknod(2) and mknodat(2) of a block or character device fail with EPERM
+//     (FIFOs, sockets and regular files are allowed).
 //
 // Everything else, including syscalls newer than the tables, fails with
 // EPERM. Go's os/exec (clone with CLONE_VFORK|CLONE_VM, setgroups, setgid,

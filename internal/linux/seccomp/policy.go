@@ -96,6 +96,19 @@ var explicitDenyIf = []bpfseccomp.NameWithConditions{
 	// consoles.
 	{Name: "ioctl", Conditions: low32Equal(1, unix.TIOCSTI)},
 	{Name: "ioctl", Conditions: low32Equal(1, unix.TIOCLINUX)},
+	// Device nodes. The host kernel refuses them without CAP_MKNOD, but a
+	// runtime with a kernel of its own need not: gVisor's lets the box's user
+	// make block and character devices in its tmpfs (inert there, ENXIO on
+	// open). Both types, and only they, have the S_IFCHR bit (0o020000) of the
+	// mode set (S_IFBLK is 0o060000); FIFOs, sockets and regular files do not,
+	// and stay allowed. The mode is a 16-bit umode_t, so its high bits are
+	// no way around the rule.
+	{Name: "mknod", Conditions: bpfseccomp.ArgumentConditions{
+		{Argument: 1, Operation: bpfseccomp.BitsSet, Value: unix.S_IFCHR},
+	}},
+	{Name: "mknodat", Conditions: bpfseccomp.ArgumentConditions{
+		{Argument: 2, Operation: bpfseccomp.BitsSet, Value: unix.S_IFCHR},
+	}},
 }
 
 // low32Equal matches when the low 32 bits of argument arg equal v, whatever
