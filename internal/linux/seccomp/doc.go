@@ -39,6 +39,7 @@
 //   - ioctl(2) TIOCSTI and TIOCLINUX fail with EPERM.
 //   - mknod(2) and mknodat(2) of a block or character device fail with EPERM
 //     (FIFOs, sockets and regular files are allowed).
+//   - setpriority(2) with a negative nice value fails with EPERM.
 //
 // Everything else, including syscalls newer than the tables, fails with
 // EPERM. Go's os/exec (clone with CLONE_VFORK|CLONE_VM, setgroups, setgid,

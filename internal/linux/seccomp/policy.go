@@ -109,6 +109,13 @@ var explicitDenyIf = []bpfseccomp.NameWithConditions{
 	{Name: "mknodat", Conditions: bpfseccomp.ArgumentConditions{
 		{Argument: 2, Operation: bpfseccomp.BitsSet, Value: unix.S_IFCHR},
 	}},
+	// A negative nice value (a higher priority than the host gave). The host
+	// kernel refuses it without CAP_SYS_NICE (the box's RLIMIT_NICE is 0);
+	// gVisor's kernel allowed it. The value is an int: its sign is bit 31,
+	// whatever the register's high 32 bits hold.
+	{Name: "setpriority", Conditions: bpfseccomp.ArgumentConditions{
+		{Argument: 2, Operation: bpfseccomp.BitsSet, Value: 1 << 31},
+	}},
 }
 
 // low32Equal matches when the low 32 bits of argument arg equal v, whatever
