@@ -72,7 +72,9 @@ func (b *Box) Destroy() error {
 	}
 	// Each directory gets its own grace period: on a loaded host the killed tasks
 	// of a v1 box can keep the first hierarchies busy long enough that a shared
-	// deadline left the last one (memory) no time at all, and it stayed behind.
+	// deadline would leave the last one (memory) no time at all. (A CI run once
+	// found eight memory directories of one owner left behind and nothing else of
+	// them; this is the likeliest cause we found, not a proven one.)
 	for _, d := range slices.Backward(b.dirs) {
 		if err := b.remove(d, time.Now().Add(killTimeout)); err != nil {
 			return err
