@@ -2,6 +2,7 @@ package native
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"sync/atomic"
@@ -22,16 +23,24 @@ import (
 //
 // So the box's namespace is created by a thread whose effective uid is, for that
 // moment only, an owner uid of its own: unused on the host (like HostRootUID), and
-// different for each box (ownerUIDs of them, round robin), so that one box's charges
-// fall neither on host root nor on another box. The thread keeps its capabilities
+// different for each box, so that one box's charges fall neither on host root nor
+// on another box. The owner is made of the creating moat's pid and a counter of its
+// boxes (nextOwner): two live moat processes never share one (each `moat run` is a
+// process of its own, and its first box once had the same owner as every other's),
+// and within one process 128 boxes in a row have different owners. The boxes of a
+// zygote share their zygote's. The thread keeps its capabilities
 // meanwhile (SECBIT_NO_SETUID_FIXUP), as writing the namespace's id maps needs
 // CAP_SETUID here, and gets root back before it runs anything else. init, which
 // inherits the securebit, clears it first thing (clearSecurebits).
 const (
 	// OwnerUIDBase is the first host uid that owns a box's user namespace; boxes use
-	// ownerUIDs of them from here. Like HostRootUID, no host file or process has them.
+	// 2^(ownerPidBits+ownerSeqBits) of them from here, up to 1,636,870,911 (below
+	// 2^31). Like HostRootUID, no host file or process has them.
 	OwnerUIDBase = 1_100_000_000
-	ownerUIDs    = 1 << 20
+	// ownerPidBits hold the creating process's pid (the kernel's pid_max is at most
+	// 2^22), ownerSeqBits its count of boxes.
+	ownerPidBits = 22
+	ownerSeqBits = 7
 )
 
 // secbitNoSetuidFixup keeps a thread's capabilities when its uids change (capabilities(7)).
@@ -39,8 +48,15 @@ const secbitNoSetuidFixup = 1 << 2
 
 var ownerSeq atomic.Uint32
 
-// nextOwner returns the owner uid for the next box.
-func nextOwner() int { return OwnerUIDBase + int(ownerSeq.Add(1)%ownerUIDs) }
+// nextOwner returns the owner uid for the next box of this process.
+func nextOwner() int { return ownerFor(os.Getpid(), ownerSeq.Add(1)) }
+
+// ownerFor is the owner uid of the box numbered seq of the process pid.
+func ownerFor(pid int, seq uint32) int {
+	pidPart := (pid & (1<<ownerPidBits - 1)) << ownerSeqBits
+	seqPart := int(seq & (1<<ownerSeqBits - 1))
+	return OwnerUIDBase + pidPart + seqPart
+}
 
 // startOwned starts cmd, whose SysProcAttr makes a new user namespace, from a thread
 // whose effective uid is owner while it creates the namespace, so that owner, not

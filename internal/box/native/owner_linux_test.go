@@ -2,6 +2,7 @@ package native
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -87,5 +88,26 @@ func TestBoxQuotasAreNotHostRoots(t *testing.T) {
 			}
 			hostRootQuotas(t, "while a box holds "+f[0]+" inotify instances and "+f[1]+" queued signals")
 		})
+	}
+}
+
+// TestOwnerFor: owners differ between processes and between a process's boxes in a
+// row, and stay in their range, below 2^31.
+func TestOwnerFor(t *testing.T) {
+	seen := map[int]string{}
+	for _, pid := range []int{1, 2, 4242, 1<<22 - 1} {
+		for seq := uint32(1); seq <= 1<<ownerSeqBits; seq++ {
+			o := ownerFor(pid, seq)
+			if o < OwnerUIDBase || o >= 1<<31 || o == HostRootUID || o == HostBoxUID {
+				t.Fatalf("owner of pid %d box %d is %d: out of range", pid, seq, o)
+			}
+			if prev, ok := seen[o]; ok {
+				t.Fatalf("pid %d box %d has the owner %d of %s", pid, seq, o, prev)
+			}
+			seen[o] = fmt.Sprintf("pid %d box %d", pid, seq)
+		}
+	}
+	if ownerFor(7, 1) != ownerFor(7, 1+1<<ownerSeqBits) {
+		t.Errorf("a process's owners do not cycle every %d boxes", 1<<ownerSeqBits)
 	}
 }
