@@ -451,9 +451,10 @@ type listing struct {
 	truncated bool
 }
 
-// full reports whether the listing can take no entry of path, and marks it cut.
-func (l *listing) full(path string) bool {
-	if len(l.out) >= box.MaxListEntries || l.bytes+box.ListCost(path) > box.MaxListBytes {
+// full reports whether the listing can take no entry costing cost (box.ListCost),
+// and marks it cut.
+func (l *listing) full(cost int) bool {
+	if len(l.out) >= box.MaxListEntries || l.bytes+cost > box.MaxListBytes {
 		l.truncated = true
 	}
 	return l.truncated
@@ -470,7 +471,8 @@ func (l *listing) walk(fd int, prefix string, depth int) error {
 		names, rerr := d.Readdirnames(min(listBatch, box.MaxListEntries-len(l.out)+1))
 		for _, name := range names {
 			path := prefix + name
-			if l.full(path) {
+			cost := box.ListCost(path)
+			if l.full(cost) {
 				return nil
 			}
 			var st unix.Stat_t
@@ -489,7 +491,7 @@ func (l *listing) walk(fd int, prefix string, depth int) error {
 				fi.Size = 0
 			}
 			l.out = append(l.out, fi)
-			l.bytes += box.ListCost(path)
+			l.bytes += cost
 			if fi.Dir && depth < maxListDepth {
 				sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 				if err == nil {
