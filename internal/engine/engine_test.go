@@ -75,8 +75,8 @@ func TestPythonRunsThroughRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := rec.spec
-	if !s.Report || len(s.Interpreter) == 0 || !strings.Contains(strings.Join(s.Interpreter, " "), "-I /.moat/runner") {
-		t.Fatalf("spec does not start the runner in isolated mode: %+v", s.Interpreter)
+	if !s.Report || len(s.Interpreter) == 0 || !strings.Contains(strings.Join(s.Interpreter, " "), "-I -S /.moat/runner") {
+		t.Fatalf("spec does not start the runner in isolated mode without site: %+v", s.Interpreter)
 	}
 	var policy []byte
 	for _, f := range s.Support {

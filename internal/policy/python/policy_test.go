@@ -122,7 +122,7 @@ func TestSupport(t *testing.T) {
 	if !reflect.DeepEqual(paths, []string{PolicyPath, RunnerPath}) {
 		t.Errorf("paths without bytecode %v, want the policy and the source", paths)
 	}
-	if got := Interpreter(CompiledRunnerPath); !reflect.DeepEqual(got, []string{"/usr/bin/python3", "-u", "-I", CompiledRunnerPath}) {
+	if got := Interpreter(CompiledRunnerPath); !reflect.DeepEqual(got, []string{"/usr/bin/python3", "-u", "-I", "-S", CompiledRunnerPath}) {
 		t.Errorf("Interpreter %v", got)
 	}
 }

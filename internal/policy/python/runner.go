@@ -43,8 +43,11 @@ const (
 // -I (isolated mode) matters: without it Python reads PYTHON* variables and runs .pth
 // files from the user's site-packages under HOME=/workspace before the runner
 // starts, which is code outside any policy. -u keeps output printed before a kill.
+// -S skips the site module, which the runner stands in for (runner.py's _site: the
+// same sys.path and builtins, without running .pth files' import lines): about 4 ms
+// of every box's start on a Debian host.
 func Interpreter(runner string) []string {
-	return []string{"/usr/bin/python3", "-u", "-I", runner}
+	return []string{"/usr/bin/python3", "-u", "-I", "-S", runner}
 }
 
 // SessionInterpreter returns the argv that starts the runner at runner in session
