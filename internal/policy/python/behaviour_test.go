@@ -165,6 +165,24 @@ print(helper_mod.VALUE, open(__file__).read().count('import'))
 	}
 }
 
+// The runner stands in for the site module (Interpreter starts Python with -S): the
+// program sees the sys.path and the builtins a plain start gives it.
+func TestSiteStandIn(t *testing.T) {
+	requirePython(t)
+	want, err := exec.Command(python, "-I", "-c", "import sys; print(sys.path)").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := runCode(t, DefaultPolicy(), `import sys, builtins
+print(sys.path[1:])
+print(sys.flags.no_site, [n for n in ('exit', 'quit', 'help', 'copyright', 'credits', 'license') if not hasattr(builtins, n)])
+exit(3)
+`, runOpts{})
+	if o.Exit != 3 || o.Stdout != string(want)+"1 []\n" {
+		t.Errorf("want sys.path %s and every site builtin, exit(3) giving 3\n%s", want, o)
+	}
+}
+
 func TestCheckOnly(t *testing.T) {
 	o := runCode(t, DefaultPolicy(), "print('RAN')\nimport os\nos.system('true')", runOpts{checkOnly: true})
 	if o.Exit != ExitViolation || !o.hasRule("python.call") || strings.Contains(o.Stdout, "RAN") {

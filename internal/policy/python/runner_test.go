@@ -107,7 +107,7 @@ func runCode(t testing.TB, p Policy, code string, o runOpts) outcome {
 	if o.source {
 		runner = filepath.Join(moat, "runner.py")
 	}
-	args := []string{"-u", "-I", runner, "--policy", filepath.Join(moat, "policy.json")}
+	args := append(Interpreter(runner)[1:], "--policy", filepath.Join(moat, "policy.json"))
 	if o.checkOnly {
 		args = append(args, "--check-only")
 	}
