@@ -94,7 +94,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("moat bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, benchUsage); fs.PrintDefaults() }
-	n := fs.Int("n", 40, "measured runs per latency case (after warm-up runs); throughput runs 4×n executions per level")
+	n := fs.Int("n", 40, fmt.Sprintf("measured runs per latency case (after warm-up runs); throughput runs %d×n executions per level", benchThroughputPerRun))
 	short := fs.Bool("short", false, fmt.Sprintf("few runs (-n %d, one warm-up round), every row still measured: for CI", benchShortRuns))
 	jsonOut := fs.Bool("json", false, "print one JSON object instead of the markdown tables")
 	if code := parseFlags(fs, args, stderr); code >= 0 {
