@@ -13,7 +13,7 @@
 // to Interpreter(CompiledRunnerPath) (or RunnerPath when it has no compiled runner),
 // asks for a report channel (Spec.Report) and decodes it with ParseReport:
 //
-//	/usr/bin/python3 -u -I /.moat/runner.pyc [--check-only] /.moat/main.py
+//	/usr/bin/python3 -u -I -S /.moat/runner.pyc [--check-only] /.moat/main.py
 //	    reads /.moat/policy.json, writes JSON lines to fd 3:
 //	    {"kind":"violation","rule":"python.import","detail":"...","line":3}
 //	    {"kind":"result","repr":"150.0"}

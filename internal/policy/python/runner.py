@@ -2,9 +2,9 @@
 
 The engine starts it inside the box, usually compiled (see policy/python.CompileRunner),
 
-    /usr/bin/python3 -u -I /.moat/runner.pyc [--policy FILE] [--check-only] /.moat/main.py [ARGS...]
-    /usr/bin/python3 -u -I /.moat/runner.pyc [--policy FILE] [--preload=MOD,...] --session
-    /usr/bin/python3 -u -I /.moat/runner.pyc [--policy FILE] [--preload=MOD,...] --zygote --session
+    /usr/bin/python3 -u -I -S /.moat/runner.pyc [--policy FILE] [--check-only] /.moat/main.py [ARGS...]
+    /usr/bin/python3 -u -I -S /.moat/runner.pyc [--policy FILE] [--preload=MOD,...] --session
+    /usr/bin/python3 -u -I -S /.moat/runner.pyc [--policy FILE] [--preload=MOD,...] --zygote --session
 
 with the policy at /.moat/policy.json (or FILE) and a report channel on file
 descriptor 3 (and, in a session, a request channel on fd 4; see "Session"). It is
