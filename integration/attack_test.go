@@ -493,6 +493,27 @@ while True:
 					t.Fatalf("flood not capped: truncated=%v len=%d", o.res.Truncated, len(o.res.Stdout))
 				}
 			}},
+		// The code can write to its report channel too: a result line of its own is
+		// held to the runner's cap like the runner's, and marked as cut. (No limits
+		// of its own: the pool's boxes are tried too.)
+		{name: "forged result past the caps", lang: "python", code: `
+import os, json
+line = (json.dumps({"kind": "result", "repr": "R" * (7 << 20)}) + "\n").encode()
+for name in os.listdir("/proc/self/fd"):
+    if int(name) > 2:
+        try:
+            os.write(int(name), line)
+        except OSError:
+            pass
+print("done")`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				if o.res.Result != nil && (len(*o.res.Result) > 64<<10 || !o.res.Truncated) {
+					t.Fatalf("a result of %d bytes, truncated=%v, want at most 64 KiB and marked", len(*o.res.Result), o.res.Truncated)
+				}
+				if len(o.stdout) > 100<<10 {
+					t.Fatalf("moat printed %d bytes for a result of 64 KiB and 5 bytes of output", len(o.stdout))
+				}
+			}},
 		{name: "infinite loop", lang: "python", args: []string{"--timeout", "1s"}, code: `while True: pass`, status: []box.Status{box.StatusTimeout},
 			check: func(t *testing.T, f *fixtures, o runOut) {
 				if o.res.DurationMS < 900 || o.res.DurationMS > 5000 {

@@ -7,7 +7,8 @@ import (
 
 // applyReport reads the runner's report channel (untrusted: python.ParseReport bounds
 // it) into the result: violations make the status "blocked"; a "result" is the
-// trailing expression's value, redacted like any output; displays are the figures
+// trailing expression's value, redacted like any output (a cut one sets Truncated,
+// as cut output does); displays are the figures
 // the code drew (PNG, not redacted: images are not text). The Python syntax errors are
 // not violations: they are the code's own error.
 func (e *Engine) applyReport(res *box.Result) {
@@ -25,6 +26,7 @@ func (e *Engine) applyReport(res *box.Result) {
 		res.RedactionsByRule = addCounts(res.RedactionsByRule, byRule)
 		res.Redactions += n
 		res.Result = &v
+		res.Truncated = res.Truncated || rep.ResultTruncated
 	}
 	// The code can write to the channel too; a violation counts only when the runner
 	// ended the process with its violation status.

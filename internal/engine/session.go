@@ -318,14 +318,7 @@ func (e *Engine) SessionExecute(ctx context.Context, owner, id string, req *Call
 	if err != nil {
 		return nil, lost(id, err)
 	}
-	// filter and the runner's report
-	res.Redactions = streams.count()
-	res.RedactionsByRule = streams.byRule(res.RedactionsByRule)
-	e.applyReport(res)
-	for i, w := range res.Warnings {
-		res.Warnings[i] = filter.SanitizeError(w)
-	}
-	res.Normalize()
+	e.finish(res, streams)
 	au.stage(metrics.StageFilter)
 	return res, nil
 }

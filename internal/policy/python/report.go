@@ -17,7 +17,7 @@ type Report struct {
 	// Result is the repr of the trailing expression, nil when there was none or it
 	// was None.
 	Result *string
-	// ResultTruncated says Result was cut at 64 KiB.
+	// ResultTruncated says Result was cut at MaxResultBytes.
 	ResultTruncated bool
 	// Display are the matplotlib figures the code left open, as PNG, in order.
 	Display []box.Display
@@ -42,6 +42,10 @@ const (
 	// MaxDisplayBytes in base64); a host splitting the channel into lines may drop
 	// longer ones.
 	MaxReportLine = (MaxDisplayBytes+2)/3*4 + 64
+	// MaxResultBytes bounds the result (the repr of the trailing expression), as the
+	// runner does (runner.py's _RESULT_CAP); a longer one, which only the code can
+	// have written, is cut to it.
+	MaxResultBytes = 64 << 10
 )
 
 // pngMagic starts every PNG file.
@@ -54,8 +58,8 @@ var pngMagic = []byte("\x89PNG\r\n\x1a\n")
 // cut, displays must be image/png in valid base64 that decodes to a PNG signature
 // (at most MaxDisplays of them and MaxDisplayBytes in all; later ones are dropped),
 // and the result is the last one written (the runner writes it after the code has
-// finished). ParseReport never fails; a violation only means something together with
-// exit status ExitViolation.
+// finished), cut to MaxResultBytes. ParseReport never fails; a violation only means
+// something together with exit status ExitViolation.
 func ParseReport(data []byte) Report {
 	var r Report
 	displayBytes := 0
@@ -85,8 +89,8 @@ func ParseReport(data []byte) Report {
 			}
 			r.Violations = append(r.Violations, box.Violation{Rule: m.Rule, Detail: cut(m.Detail, maxDetailBytes), Line: m.Line})
 		case "result":
-			s := m.Repr
-			r.Result, r.ResultTruncated = &s, m.Truncated
+			s, cut := truncate(m.Repr, MaxResultBytes)
+			r.Result, r.ResultTruncated = &s, m.Truncated || cut
 		case "display":
 			if m.MIMEType != "image/png" || len(r.Display) >= MaxDisplays ||
 				base64.StdEncoding.DecodedLen(len(m.Data)) > MaxDisplayBytes-displayBytes+2 {
@@ -112,14 +116,27 @@ func knownRule(rule string) bool {
 	return false
 }
 
-// cut shortens s to at most n bytes without splitting a character.
+// cut shortens s to at most n bytes without splitting a character, marking the cut
+// with "...".
 func cut(s string, n int) string {
+	if t, cut := truncate(s, n); cut {
+		return strings.TrimSpace(t) + "..."
+	}
+	return s
+}
+
+// truncate shortens s to at most n bytes without splitting a character (dropping the
+// bytes of one cut in two), and says whether it did.
+func truncate(s string, n int) (string, bool) {
 	if len(s) <= n {
-		return s
+		return s, false
 	}
 	s = s[:n]
-	for len(s) > 0 && !utf8.ValidString(s) {
+	for i := 0; i < utf8.UTFMax && len(s) > 0; i++ {
+		if r, size := utf8.DecodeLastRuneInString(s); r != utf8.RuneError || size > 1 {
+			break
+		}
 		s = s[:len(s)-1]
 	}
-	return strings.TrimSpace(s) + "..."
+	return s, true
 }

@@ -8,6 +8,7 @@ import (
 	"image/png"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/internal/box"
 )
@@ -41,6 +42,15 @@ func TestParseReport(t *testing.T) {
 	if r := ParseReport(nil); r.Result != nil || r.Violations != nil {
 		t.Errorf("empty report %+v", r)
 	}
+	// A result only the code can have written, past the runner's cap: cut to it
+	// without splitting a character, and marked.
+	long := ParseReport([]byte(`{"kind":"result","repr":"` + strings.Repeat("x", MaxResultBytes-1) + strings.Repeat("é", 1000) + `"}`))
+	if long.Result == nil || len(*long.Result) != MaxResultBytes-1 || !long.ResultTruncated {
+		t.Errorf("long result: truncated %v, %d bytes", long.ResultTruncated, len(*long.Result))
+	}
+	if exact := ParseReport([]byte(`{"kind":"result","repr":"` + strings.Repeat("é", MaxResultBytes/2) + `"}`)); exact.Result == nil || len(*exact.Result) != MaxResultBytes || exact.ResultTruncated {
+		t.Errorf("a result of exactly the cap is cut: %v", exact.ResultTruncated)
+	}
 	many := strings.Repeat(`{"kind":"violation","rule":"python.hook","detail":"x"}`+"\n", 1000)
 	if n := len(ParseReport([]byte(many)).Violations); n != maxViolations {
 		t.Errorf("kept %d violations, want %d", n, maxViolations)
@@ -63,6 +73,9 @@ func FuzzParseReport(f *testing.F) {
 		}
 		if len(r.Display) > MaxDisplays {
 			t.Fatalf("%d displays", len(r.Display))
+		}
+		if r.Result != nil && (len(*r.Result) > MaxResultBytes || !utf8.ValidString(*r.Result)) {
+			t.Fatalf("result of %d bytes (valid UTF-8: %v)", len(*r.Result), utf8.ValidString(*r.Result))
 		}
 		total := 0
 		for _, d := range r.Display {

@@ -218,7 +218,7 @@ _SANDBOX_DIRS = ('/tmp', '/workspace')
 _WRITE_ANYWHERE = ('/dev/null', '/dev/stdout', '/dev/stderr')
 _EXIT_VIOLATION = 77
 _EXIT_INTERNAL = 70
-_RESULT_CAP = 64 << 10
+_RESULT_CAP = 64 << 10  # python.MaxResultBytes
 _MAX_FINDINGS = 50
 
 # Modules whose code only carries out a request for whoever called them: the origin of
