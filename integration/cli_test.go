@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -748,4 +749,47 @@ func TestBadInput(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestRunReapsKilledRun: a moat run killed with SIGKILL cannot destroy its box; its
+// processes die with it (init's parent-death signal), its cgroups stay, and the next
+// moat run removes them.
+func TestRunReapsKilledRun(t *testing.T) {
+	before := snapshotHost(t)
+	var killed int
+	o := moatExecWhile(t, nil, func(pid int) {
+		killed = pid
+		deadline := time.Now().Add(20 * time.Second)
+		for len(testutil.BoxCgroups(fmt.Sprintf("box-%d-", pid))) == 0 || len(boxProcesses()) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the box did not start")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}, "import time\ntime.sleep(60)", "run", "--json", "--lang", "python", "-")
+	if o.exit != -1 {
+		t.Fatalf("moat was not killed: %s", o)
+	}
+	prefix := fmt.Sprintf("box-%d-", killed)
+	left := testutil.BoxCgroups(prefix)
+	if len(left) == 0 {
+		t.Fatal("the killed run left no cgroups: the test proves nothing")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(boxProcesses()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if procs := boxProcesses(); len(procs) > 0 {
+		t.Fatalf("the killed run's box outlived it: %v", procs)
+	}
+	next := moatRun(t, "print(1)", "--lang", "python", "-")
+	assertResult(t, next, box.StatusOK, 0)
+	if still := testutil.BoxCgroups(prefix); len(still) > 0 {
+		t.Fatalf("the next moat run left the killed run's cgroups %v (there were %v)", still, left)
+	}
+	if strings.Contains(next.stderr, "reaped") {
+		t.Errorf("moat run told the user of the reaping: %q", next.stderr)
+	}
+	checkHostClean(t, before)
 }

@@ -133,6 +133,9 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runFailed(f.jsonOut, err.Error(), stdout, stderr)
 	}
 	defer closeBackend()
+	// A moat run killed before it could destroy its box (kill -9) left its cgroups:
+	// the next run removes them, as moat serve does at start.
+	defer reapBoxesBehind(log, slog.LevelInfo)()
 	eng, err := engine.New(cfg, backend, os.Environ(), nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "moat: %v\n", err)

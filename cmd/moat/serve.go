@@ -156,7 +156,7 @@ func serve(cfg *config.Config, srv config.ResolvedServer, rb config.ResolvedBack
 	case g.TokenPath() != "":
 		fmt.Fprintf(stderr, "moat: API token in %s; clients read it from there or from MOAT_TOKEN\n", g.TokenPath())
 	}
-	reapBoxes(log)
+	reapBoxes(log, slog.LevelWarn)
 	logIsolation(log, backend.Name())
 	// After the reaping, which would take the pool's boxes for a crashed run's.
 	if srv.Pool.Enabled {
