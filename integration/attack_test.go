@@ -272,6 +272,36 @@ echo end`, status: ok,
 					t.Fatalf("no passwd:\n%s", o)
 				}
 			})},
+		// The runner, its policy and the code: read-only to the code on every backend
+		// (under runc the code may chmod them, its user's, but Landlock still refuses
+		// the write; gVisor has no Landlock: there the files and their directory are
+		// root's).
+		{name: "moat's support files unwritable", lang: "python", code: `
+import os
+bad = []
+for name in os.listdir("/.moat"):
+    p = "/.moat/" + name
+    def chmod_append():
+        os.chmod(p, 0o666)
+        open(p, "ab").write(b"x")
+    for what, op in (("append", lambda: open(p, "ab").write(b"x")), ("chmod+append", chmod_append),
+                     ("rename", lambda: os.rename(p, p + ".x")), ("remove", lambda: os.remove(p))):
+        try:
+            op()
+            bad.append(what + " " + name)
+        except OSError:
+            pass
+try:
+    open("/.moat/new", "w").close()
+    bad.append("create")
+except OSError:
+    pass
+print(sorted(os.listdir("/.moat")), "changed:", bad)`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				if !strings.Contains(o.res.Stdout, "policy.json") || !strings.Contains(o.res.Stdout, "changed: []") {
+					t.Fatalf("the code changed moat's files:\n%s", o)
+				}
+			}},
 		{name: "moat binary unreachable", lang: "python", code: `
 import os
 r = []

@@ -119,8 +119,11 @@ func parseOwner(label string) (pid int, host string, ok bool) {
 //     be a boundary (an interpreter runs any file it can read) and would break users
 //     who build and run a helper in their workspace. tmpfs pages count against the
 //     container's memory limit.
-//   - Tmpfs container.MoatDir (container.MoatDirBytes, mode 0755, owned by UID:GID, noexec): init writes
-//     the code and the support files there; the interpreter reads them.
+//   - Tmpfs container.MoatDir (container.MoatDirBytes, mode 0755, noexec), owned by
+//     init's user (UID:GID, root under runsc): init writes the code and the support
+//     files there (mode 0444); the interpreter reads them. Landlock keeps the code
+//     from changing them under runc; under runsc, which has no Landlock, the code is
+//     not their owner.
 //   - ShmSize = Limits.Tmp for /dev/shm (Docker mounts it noexec, nosuid, nodev).
 //   - CapDrop ALL and SecurityOpt no-new-privileges:true: no capabilities, and no way to
 //     gain any through setuid binaries or file capabilities in the image.
@@ -175,10 +178,15 @@ func HardenedConfig(p ContainerParams) (*dcontainer.Config, *dcontainer.HostConf
 	}
 
 	user, capAdd := fmt.Sprintf("%d:%d", uid, gid), []string(nil)
+	// moatUID and moatGID own container.MoatDir: init's user, who writes the code and
+	// the support files there.
+	moatUID, moatGID := uid, gid
 	if p.Runtime == RuntimeGVisor {
 		// The agent and init: root with container.RootCaps only; init runs the code
-		// as the box's user, who owns the tmpfs mounts.
+		// as the box's user, who owns /tmp and /workspace but not MoatDir (gVisor has
+		// no Landlock to keep the code from rewriting the runner and its policy).
 		uid, gid = container.BoxUID, container.BoxGID
+		moatUID, moatGID = 0, 0
 		user, capAdd = "0:0", append(capAdd, container.RootCaps...)
 	}
 	stopTimeout := StopTimeout
@@ -212,7 +220,7 @@ func HardenedConfig(p ContainerParams) (*dcontainer.Config, *dcontainer.HostConf
 		Tmpfs: map[string]string{
 			container.TmpDir:  fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", lim.Tmp),
 			box.WorkspaceDir:  fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=0755,uid=%d,gid=%d", lim.Disk, uid, gid),
-			container.MoatDir: fmt.Sprintf("rw,noexec,nosuid,nodev,size=%d,mode=0755,uid=%d,gid=%d", container.MoatDirBytes, uid, gid),
+			container.MoatDir: fmt.Sprintf("rw,noexec,nosuid,nodev,size=%d,mode=0755,uid=%d,gid=%d", container.MoatDirBytes, moatUID, moatGID),
 		},
 		ShmSize:      lim.Tmp,
 		CapDrop:      []string{"ALL"},

@@ -63,7 +63,7 @@ type BundleParams struct {
 //   - mounts: gVisor's own /proc (and, added by runsc, its own /dev and /sys: nothing
 //     of the host's), tmpfs /tmp
 //     (Limits.Tmp, 1777), /workspace (Limits.Disk, 0755, the box user's) and
-//     container.MoatDir (noexec), all nosuid and nodev; the binds read-only; the moat
+//     container.MoatDir (noexec, root's: init's), all nosuid and nodev; the binds read-only; the moat
 //     binary read-only at container.AgentPath. gVisor makes the mount points in its
 //     own view of the root; the host directory is never written.
 //   - namespaces: pid, network (runsc --network=none: loopback only), ipc, uts and
@@ -90,7 +90,9 @@ func Spec(p BundleParams) *specs.Spec {
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: nosuid},
 		tmpfs(container.TmpDir, "exec", fmt.Sprintf("size=%d", lim.Tmp), "mode=1777"),
 		tmpfs(box.WorkspaceDir, "exec", fmt.Sprintf("size=%d", lim.Disk), "mode=0755", fmt.Sprintf("uid=%d", uid), fmt.Sprintf("gid=%d", gid)),
-		tmpfs(container.MoatDir, "noexec", fmt.Sprintf("size=%d", container.MoatDirBytes), "mode=0755", fmt.Sprintf("uid=%d", uid), fmt.Sprintf("gid=%d", gid)),
+		// Root's, as init is: gVisor has no Landlock to keep the code from rewriting
+		// the runner and its policy there.
+		tmpfs(container.MoatDir, "noexec", fmt.Sprintf("size=%d", container.MoatDirBytes), "mode=0755", "uid=0", "gid=0"),
 	}
 	for _, b := range p.Binds {
 		mounts = append(mounts, specs.Mount{Destination: b.Destination, Type: "bind", Source: b.Source, Options: ro})
