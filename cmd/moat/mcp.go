@@ -92,7 +92,7 @@ func cmdMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "moat: %v\n", err)
 		return exitInternal
 	}
-	defer closeBackend() // after the engine's Close, deferred below
+	defer closeBackend()                         // after the engine's Close, deferred below
 	defer reapBoxesBehind(log, slog.LevelWarn)() // boxes of a moat killed before it could destroy them
 	eng, err := engine.New(cfg, backend, os.Environ(), log)
 	if err != nil {
