@@ -92,8 +92,9 @@ func cmdMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "moat: %v\n", err)
 		return exitInternal
 	}
-	defer closeBackend()                         // after the engine's Close, deferred below
-	defer reapBoxesBehind(log, slog.LevelWarn)() // boxes of a moat killed before it could destroy them
+	defer closeBackend() // after the engine's Close, deferred below
+	// The cgroups of boxes a moat left when it was killed before it could destroy them.
+	defer reapBoxesBehind(log, slog.LevelWarn)()
 	eng, err := engine.New(cfg, backend, os.Environ(), log)
 	if err != nil {
 		fmt.Fprintf(stderr, "moat: %v\n", err)
