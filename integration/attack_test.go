@@ -435,6 +435,18 @@ print("sent")`, status: ok,
 					t.Fatalf("the host UDP listener got %d datagrams", n)
 				}
 			}},
+		// A docker box's network namespace belongs to the host's user namespace and
+		// would receive the host's device events: the socket is refused everywhere.
+		{name: "host device events", lang: "python", code: `
+import socket
+try:
+    s = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 15)
+    s.bind((0, 1))
+    s.settimeout(1)
+    print("listening")
+    print("event", s.recv(65536)[:80])
+except OSError as e:
+    print("refused", e.errno)`, status: ok, check: stdoutHas("refused 1\n")},
 		{name: "no interfaces but loopback", lang: "bash", code: `ls /proc/sys/net/ipv4/conf/ | tr '\n' ' '; echo; cat /proc/net/route | wc -l`, status: ok,
 			check: func(t *testing.T, f *fixtures, o runOut) {
 				fields := strings.Fields(strings.Split(o.res.Stdout, "\n")[0])

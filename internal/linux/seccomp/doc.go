@@ -40,6 +40,9 @@
 //   - mknod(2) and mknodat(2) of a block or character device fail with EPERM
 //     (FIFOs, sockets and regular files are allowed).
 //   - setpriority(2) with a negative nice value fails with EPERM.
+//   - socket(2) of AF_NETLINK with protocol NETLINK_KOBJECT_UEVENT (the host's
+//     device events, which a docker box's network namespace receives) fails with
+//     EPERM; other netlink protocols (route, sock_diag) stay allowed.
 //
 // Everything else, including syscalls newer than the tables, fails with
 // EPERM. Go's os/exec (clone with CLONE_VFORK|CLONE_VM, setgroups, setgid,

@@ -116,6 +116,12 @@ var explicitDenyIf = []bpfseccomp.NameWithConditions{
 	{Name: "setpriority", Conditions: bpfseccomp.ArgumentConditions{
 		{Argument: 2, Operation: bpfseccomp.BitsSet, Value: 1 << 31},
 	}},
+	// The kernel's device events (a netlink socket of protocol
+	// NETLINK_KOBJECT_UEVENT): a box whose network namespace belongs to the
+	// host's user namespace (docker's) receives the host's, which tell of its
+	// disks, USB devices and network interfaces. A native box's namespace gets
+	// none, and nothing in a box has a use for them.
+	{Name: "socket", Conditions: append(low32Equal(0, unix.AF_NETLINK), low32Equal(2, unix.NETLINK_KOBJECT_UEVENT)...)},
 }
 
 // low32Equal matches when the low 32 bits of argument arg equal v, whatever
