@@ -5,14 +5,18 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/api"
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/testutil"
 )
@@ -89,4 +93,69 @@ print("inotify", "ok" if fd >= 0 else ctypes.get_errno())
 	if o.res.Status != box.StatusOK || o.res.Stdout != "inotify ok\n" {
 		t.Fatalf("a second box while the first holds its inotify instances:\n%s", o)
 	}
+}
+
+// takeInotifyNow takes every inotify instance the kernel gives the box and keeps
+// them (in a session, the interpreter holds them after the call).
+const takeInotifyNow = `
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+n = 0
+while n < 4096 and libc.inotify_init1(0) >= 0:
+    n += 1
+print("took", n)
+`
+
+// TestPooledBoxQuotasApart: boxes forked from one zygote share their zygote's user
+// namespace owner, to which the kernel charges each box's inotify instances; each is
+// held to a share of them (1/8), so that boxes holding all they may leave the others
+// of their zygote some. Without the share, one session took all 128 and every other
+// pooled box got EMFILE.
+func TestPooledBoxQuotasApart(t *testing.T) {
+	testutil.RequireRoot(t)
+	before := snapshotHost(t)
+	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || limit < 16 || limit > 4096 {
+		t.Skipf("fs.inotify.max_user_instances is %q: too few to share, or more than a box could take", b)
+	}
+	share := limit / 8
+	s := startServer(t, serverOpts{pool: "{size: 2, warm: [open]}"})
+	c := s.client(keyAlice)
+	ctx := context.Background()
+	// Three boxes of the zygote each take all they may: together fewer than the owner's.
+	for i := range 3 {
+		awaitPoolFull(t, s)
+		info, err := c.CreateSession(ctx, &api.SessionRequest{Language: "python", Profile: "open"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.SessionExecute(ctx, info.ID, &api.CallRequest{Code: takeInotifyNow}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(res.Isolation, "zygote") {
+			t.Fatalf("session %d was not forked from the zygote (isolation %v): the test proves nothing", i, res.Isolation)
+		}
+		if want := fmt.Sprintf("took %d\n", share); res.Status != box.StatusOK || res.Stdout != want {
+			t.Fatalf("session %d: %s %q, want %q", i, res.Status, res.Stdout, want)
+		}
+	}
+	awaitPoolFull(t, s)
+	res, err := c.Execute(ctx, &api.ExecuteRequest{Language: "python", Profile: "open", Code: `
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print("inotify", "ok" if libc.inotify_init1(0) >= 0 else ctypes.get_errno())
+`}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != box.StatusOK || res.Stdout != "inotify ok\n" || !slices.Contains(res.Isolation, "zygote") {
+		t.Fatalf("a pooled box while three sessions hold their share: %s %q %v", res.Status, res.Stdout, res.Isolation)
+	}
+	s.stop(t, 30*time.Second)
+	checkHostClean(t, before)
 }

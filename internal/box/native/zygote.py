@@ -196,6 +196,9 @@ def _setup(cfg, req, sock):
     _mount('mount', 'tmpfs', '/dev/shm', 'tmpfs', MS_NOSUID | MS_NODEV | MS_NOEXEC,
            'mode=1777,size=%d' % req['tmp'])
     _mount('mount', 'proc', '/proc', 'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # /proc/sys of this proc, before it is made read-only below: J sets the box's
+    # user-namespace limits through it once it is in that namespace (_user_limits).
+    sysfd = os.open('/proc/sys', os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     for name in cfg['proc_masked']:
         p = '/proc/' + name
         if os.path.lexists(p):
@@ -251,6 +254,7 @@ def _setup(cfg, req, sock):
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     except (OSError, ValueError) as e:
         raise Failed('capabilities', 'user namespace: %s' % e, getattr(e, 'errno', 0) or 0)
+    _user_limits(sysfd, cfg.get('user_limits') or {})
     _lap(cfg, 'userns')
     with open('/proc/sys/kernel/cap_last_cap', 'rb') as fh:
         last = int(fh.read())
@@ -274,6 +278,28 @@ def _setup(cfg, req, sock):
     _install_seccomp(bytes.fromhex(cfg['seccomp']))
     _lap(cfg, 'seccomp')
     return abi
+
+
+def _user_limits(sysfd, limits):
+    """Writes the box's share of the per-user quotas its zygote's boxes draw from
+    together (zygote_linux.go's zygoteUserLimits) to the box's own user namespace,
+    through sysfd (this box's /proc/sys, opened while writable): a lookup under
+    /proc/sys/user finds the namespace of the process that makes it, J's by now, where
+    J still has every capability. A kernel without the limit has no file for it."""
+    try:
+        for name, value in sorted(limits.items()):
+            try:
+                fd = os.open('user/' + name, os.O_WRONLY | os.O_CLOEXEC, dir_fd=sysfd)
+            except FileNotFoundError:
+                continue
+            try:
+                os.write(fd, b'%d' % value)
+            finally:
+                os.close(fd)
+    except (OSError, TypeError, ValueError) as e:
+        raise Failed('capabilities', 'user namespace limits: %s' % e, getattr(e, 'errno', 0) or 0)
+    finally:
+        os.close(sysfd)
 
 
 def _loopback_up():
