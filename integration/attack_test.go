@@ -629,11 +629,13 @@ print("io_uring_setup", *sys(425, 1, 0))
 print("open_by_handle_at", *sys(304, 0, 0, 0))
 print("clock_settime", *sys(227, 0, 0))
 print("swapon", *sys(167, 0, 0))
-print("acct", *sys(163, 0))`, status: ok,
+print("acct", *sys(163, 0))
+print("modify_ldt", *sys(154, 1, 0, 0))
+print("memfd_secret", *sys(447, 0))`, status: ok,
 			check: func(t *testing.T, f *fixtures, o runOut) {
 				lines := strings.Split(strings.TrimSpace(o.res.Stdout), "\n")
-				if len(lines) != 15 {
-					t.Fatalf("want 15 lines:\n%s", o)
+				if len(lines) != 17 {
+					t.Fatalf("want 17 lines:\n%s", o)
 				}
 				for _, l := range lines {
 					if !strings.HasSuffix(l, " -1 1") {

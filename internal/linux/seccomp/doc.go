@@ -30,9 +30,10 @@
 //   - DeniedSyscalls lists the syscalls refused with EPERM whatever moby
 //     says: mount and the new mount API, pivot_root, chroot, unshare,
 //     setns, ptrace, process_vm_*, kcmp, pidfd_getfd, module and kexec
-//     loading, bpf, perf_event_open, userfaultfd, io_uring, keyrings,
-//     open_by_handle_at, clock and time setting, swap, reboot, acct, quotas,
-//     syslog, iopl and ioperm, and a few obsolete ones.
+//     loading, bpf, perf_event_open, userfaultfd, io_uring, modify_ldt,
+//     memfd_secret, keyrings, open_by_handle_at, clock and time setting,
+//     swap, reboot, acct, quotas, syslog, iopl and ioperm, and a few obsolete
+//     ones.
 //   - clone(2) with any of CLONE_NEWNS, NEWUTS, NEWIPC, NEWUSER, NEWPID,
 //     NEWNET or NEWCGROUP (mask 0x7E020000) fails with EPERM.
 //   - clone3(2) fails with ENOSYS, so glibc falls back to clone(2).

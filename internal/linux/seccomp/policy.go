@@ -59,6 +59,11 @@ var explicitDeny = []string{
 	// Large kernel attack surface that untrusted code has no need for.
 	"bpf", "perf_event_open", "userfaultfd", "fanotify_init",
 	"io_uring_setup", "io_uring_enter", "io_uring_register",
+	// Moby allows these; Python and bash never use them. modify_ldt (16-bit
+	// segments, for Wine) has had its own privilege escalations
+	// (CVE-2015-5157, CVE-2017-17053); memfd_secret takes pages out of the
+	// kernel's direct map.
+	"modify_ldt", "memfd_secret",
 
 	// Kernel keyrings are not isolated per box.
 	"keyctl", "add_key", "request_key",

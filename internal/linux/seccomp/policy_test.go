@@ -42,7 +42,7 @@ var requiredDenied = []string{
 	"open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
 	"quotactl", "nfsservctl", "vhangup", "syslog", "iopl", "ioperm",
 	"create_module", "get_kernel_syms", "query_module", "uselib", "ustat", "sysfs",
-	"_sysctl", "kcmp", "pidfd_getfd", "clone3",
+	"_sysctl", "kcmp", "pidfd_getfd", "clone3", "modify_ldt", "memfd_secret",
 }
 
 // essentialAllowed are syscalls that Go's runtime and ForkExec, glibc,
