@@ -48,7 +48,12 @@ func policyCost(n int, moatRun time.Duration) ([]policyRow, error) {
 		}
 	}
 	script := filepath.Join(dir, "script.py")
-	bare := func() *exec.Cmd { return exec.Command(benchPython, "-u", "-I", script) }
+	// The same interpreter and flags as the runner's (python.Interpreter), running the
+	// script itself: the difference is the runner alone (its stand-in for site too).
+	bare := func() *exec.Cmd {
+		argv := python.Interpreter(script)
+		return exec.Command(argv[0], argv[1:]...)
+	}
 	withPolicy := func(doc string) func() *exec.Cmd {
 		return func() *exec.Cmd {
 			argv := append(python.Interpreter(filepath.Join(dir, runner)), "--policy", filepath.Join(dir, doc), script)
@@ -87,7 +92,7 @@ func policyCost(n int, moatRun time.Duration) ([]policyRow, error) {
 		return policyRow{Name: name, CostMS: benchMS(d), Share: round(100*float64(d)/float64(moatRun), 10)}
 	}
 	return []policyRow{
-		row("Python runner, 300-line script, profile default (runner − bare python3)", pyCost),
+		row("Python runner, 300-line script, profile default (runner − the script run by the same `python3 -u -I -S`)", pyCost),
 		row("Python runner, 300-line script, profile strict", strictCost),
 		row("shell checker, 100-line script, profile strict", shCost),
 	}, nil
