@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/moat-sandbox/moat/internal/api"
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/testutil"
@@ -95,22 +97,28 @@ print("inotify", "ok" if fd >= 0 else ctypes.get_errno())
 	}
 }
 
-// takeInotifyNow takes every inotify instance the kernel gives the box and keeps
-// them (in a session, the interpreter holds them after the call).
+// takeInotifyNow takes every inotify instance the kernel gives the box, and queues
+// blocked real-time signals until the kernel refuses one, and keeps both (in a
+// session, the interpreter holds them after the call). It prints how many instances
+// it took and how many signals are queued (SigQ).
 const takeInotifyNow = `
-import ctypes
+import ctypes, os, signal
 libc = ctypes.CDLL(None, use_errno=True)
 n = 0
 while n < 4096 and libc.inotify_init1(0) >= 0:
     n += 1
-print("took", n)
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+for _ in range(200000):
+    os.kill(os.getpid(), signal.SIGRTMIN)  # past the limit, kill(2) still succeeds
+sigq = [l for l in open("/proc/self/status") if l.startswith("SigQ:")][0]
+print("took", n, sigq.split()[1].split("/")[0])
 `
 
 // TestPooledBoxQuotasApart: boxes forked from one zygote share their zygote's user
-// namespace owner, to which the kernel charges each box's inotify instances; each is
-// held to a share of them (1/8), so that boxes holding all they may leave the others
-// of their zygote some. Without the share, one session took all 128 and every other
-// pooled box got EMFILE.
+// namespace owner, to which the kernel charges each box's inotify instances and
+// queued signals; each is held to a share of them (1/8), so that boxes holding all
+// they may leave the others of their zygote some. Without the share, one session took
+// all 128 instances and every other pooled box got EMFILE.
 func TestPooledBoxQuotasApart(t *testing.T) {
 	testutil.RequireRoot(t)
 	before := snapshotHost(t)
@@ -123,6 +131,11 @@ func TestPooledBoxQuotasApart(t *testing.T) {
 		t.Skipf("fs.inotify.max_user_instances is %q: too few to share, or more than a box could take", b)
 	}
 	share := limit / 8
+	var sigLimit syscall.Rlimit
+	if err := syscall.Getrlimit(unix.RLIMIT_SIGPENDING, &sigLimit); err != nil || sigLimit.Cur < 8000 || sigLimit.Cur > 800000 {
+		t.Skipf("RLIMIT_SIGPENDING is %d (%v): too few to share, or more than a box could queue", sigLimit.Cur, err)
+	}
+	sigShare := sigLimit.Cur / 8
 	s := startServer(t, serverOpts{pool: "{size: 2, warm: [open]}"})
 	c := s.client(keyAlice)
 	ctx := context.Background()
@@ -140,20 +153,23 @@ func TestPooledBoxQuotasApart(t *testing.T) {
 		if !slices.Contains(res.Isolation, "zygote") {
 			t.Fatalf("session %d was not forked from the zygote (isolation %v): the test proves nothing", i, res.Isolation)
 		}
-		if want := fmt.Sprintf("took %d\n", share); res.Status != box.StatusOK || res.Stdout != want {
+		if want := fmt.Sprintf("took %d %d\n", share, sigShare); res.Status != box.StatusOK || res.Stdout != want {
 			t.Fatalf("session %d: %s %q, want %q", i, res.Status, res.Stdout, want)
 		}
 	}
 	awaitPoolFull(t, s)
 	res, err := c.Execute(ctx, &api.ExecuteRequest{Language: "python", Profile: "open", Code: `
-import ctypes
+import ctypes, os, signal
 libc = ctypes.CDLL(None, use_errno=True)
 print("inotify", "ok" if libc.inotify_init1(0) >= 0 else ctypes.get_errno())
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+os.kill(os.getpid(), signal.SIGRTMIN)
+print("queued", [l for l in open("/proc/self/status") if l.startswith("SigQ:")][0].split()[1].split("/")[0])
 `}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Status != box.StatusOK || res.Stdout != "inotify ok\n" || !slices.Contains(res.Isolation, "zygote") {
+	if res.Status != box.StatusOK || res.Stdout != "inotify ok\nqueued 1\n" || !slices.Contains(res.Isolation, "zygote") {
 		t.Fatalf("a pooled box while three sessions hold their share: %s %q %v", res.Status, res.Stdout, res.Isolation)
 	}
 	s.stop(t, 30*time.Second)

@@ -252,6 +252,11 @@ def _setup(cfg, req, sock):
         # The code's exact process limit; J, the same user here, is one of them.
         nproc = req['pids'] + 1
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        # The box's share of the queued signals its zygote's boxes draw from together.
+        # Only now: the kernel caps the count of all of them by the limit J had when it
+        # made the box's namespace, and the share is for this box alone.
+        if cfg.get('sigpending'):
+            resource.setrlimit(resource.RLIMIT_SIGPENDING, (cfg['sigpending'], cfg['sigpending']))
     except (OSError, ValueError) as e:
         raise Failed('capabilities', 'user namespace: %s' % e, getattr(e, 'errno', 0) or 0)
     _user_limits(sysfd, cfg.get('user_limits') or {})

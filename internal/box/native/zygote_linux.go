@@ -131,6 +131,18 @@ var zygoteUserQuotas = [][2]string{
 	{"/proc/sys/fs/inotify/max_user_watches", "max_inotify_watches"},
 }
 
+// zygoteSigPending is each zygote box's share of the queued signals (RLIMIT_SIGPENDING,
+// which the kernel counts along the user namespaces as it counts zygoteUserQuotas): a
+// zygote's boxes draw from the limit of the process that made the zygote's namespace,
+// this one's. 0 when that is unlimited or unknown.
+func zygoteSigPending() int64 {
+	var r unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_SIGPENDING, &r) != nil || r.Cur == unix.RLIM_INFINITY || r.Cur == 0 {
+		return 0
+	}
+	return int64(max(r.Cur/zygoteQuotaShares, 1))
+}
+
 // zygoteUserLimits is each zygote box's share of zygoteUserQuotas: what J sets in the
 // box's own user namespace, so that one box cannot take all of a quota and leave the
 // other boxes of its zygote none (a cold box, whose namespace has an owner of its
@@ -161,6 +173,9 @@ type zygoteConfig struct {
 	Trace        bool     `json:"trace"` // J reports its laps (MOAT_DEBUG_PHASES)
 	// UserLimits are the values J writes to the box's /proc/sys/user (zygoteUserLimits).
 	UserLimits map[string]int64 `json:"user_limits"`
+	// SigPending is the box's RLIMIT_SIGPENDING, its share of the queued signals its
+	// zygote's boxes draw from together (zygoteSigPending); 0 leaves the limit.
+	SigPending int64 `json:"sigpending"`
 }
 
 // zygoteReq asks the zygote for one box; it travels with the box's five fds.
@@ -537,6 +552,7 @@ func zygoteConfigFile() ([]byte, error) {
 	return json.Marshal(zygoteConfig{
 		Seccomp: hex.EncodeToString(filter), ProcMasked: procMasked, ProcReadOnly: procReadOnly,
 		BoxUID: boxUID, BoxGID: boxGID, Trace: traceEnabled, UserLimits: zygoteUserLimits(),
+		SigPending: zygoteSigPending(),
 	})
 }
 
