@@ -83,6 +83,11 @@ import (
 //     handler (SIGCHLD, which only wakes it); it is not dumpable, so its memory and
 //     fds are out of the code's reach (and ptrace is denied by seccomp anyway). The
 //     code can at most break its own box, as it could by exiting.
+//   - Per-user kernel quotas that the kernel counts along the user namespaces
+//     (inotify instances and watches, queued signals) are charged to the zygote's
+//     namespace owner for all its boxes together, where a cold box has an owner of
+//     its own (owner_linux.go). J holds each box to an eighth of them
+//     (zygoteUserLimits, zygoteSigPending), so one box cannot take them all.
 //   - The server trusts from J only its first message, sent before any untrusted
 //     code exists, and takes J's pid from the kernel (SCM_CREDENTIALS), not from J.
 //   - Forked children share the zygote's address-space layout and Python's hash
