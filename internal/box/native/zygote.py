@@ -80,15 +80,16 @@ class Failed(Exception):
         self.step, self.errno = step, errno
 
 
-def _lap(cfg, name, last=[0.0]):
-    """Records the time since the previous lap when the server traces (its
-    MOAT_DEBUG_PHASES); J sends them with its confined message."""
+def _lap(cfg, name, last=[0.0, 0]):
+    """Records the time and the page faults since the previous lap when the server
+    traces (its MOAT_DEBUG_PHASES); J sends them with its confined message. The
+    faults are most of what a forked box costs: each page J writes is copied."""
     if cfg.get('trace'):
         import time
-        now = time.monotonic()
+        now, faults = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         if last[0]:
-            _laps.append('%s=%dus' % (name, (now - last[0]) * 1e6))
-        last[0] = now
+            _laps.append('%s=%dus/%dpf' % (name, (now - last[0]) * 1e6, faults - last[1]))
+        last[0], last[1] = now, faults
 
 
 def _check(ret, step, what):
@@ -147,6 +148,7 @@ def serve():
                 except OSError:
                     pid = -1
                 if pid == 0:
+                    _lap(cfg, 'fork')
                     os.close(pidns)
                     ctl.close()
                     _box(cfg, req, fds)  # returns in the interpreter only
