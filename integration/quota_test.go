@@ -37,6 +37,21 @@ print("\n" * 40000, flush=True)
 time.sleep(120)
 `
 
+// inotifyLimit returns the host's fs.inotify.max_user_instances, and skips the test
+// when it is below least or more than a box could take.
+func inotifyLimit(t *testing.T, least int) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || limit < least || limit > 4096 {
+		t.Skipf("fs.inotify.max_user_instances is %q: fewer than %d, or more than a box could take", b, least)
+	}
+	return limit
+}
+
 // TestBoxQuotasApart: per-user kernel quotas that a box spends (here all the inotify
 // instances fs.inotify.max_user_instances allows) are its own. While one native box,
 // made by one moat run, holds all of them, a box of another moat run still gets one.
@@ -47,14 +62,7 @@ time.sleep(120)
 func TestBoxQuotasApart(t *testing.T) {
 	testutil.RequireRoot(t)
 	before := snapshotHost(t)
-	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
-	if err != nil {
-		t.Fatal(err)
-	}
-	limit, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || limit < 1 || limit > 4096 {
-		t.Skipf("fs.inotify.max_user_instances is %q: the box could not reach it", b)
-	}
+	limit := inotifyLimit(t, 1)
 
 	hog := exec.Command(testutil.MoatBinary(t), "run", "--backend", "native", "--profile", "open", "--timeout", "60s", "--lang", "python", "-")
 	hog.Stdin = strings.NewReader(takeInotify)
@@ -122,15 +130,7 @@ print("took", n, sigq.split()[1].split("/")[0])
 func TestPooledBoxQuotasApart(t *testing.T) {
 	testutil.RequireRoot(t)
 	before := snapshotHost(t)
-	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
-	if err != nil {
-		t.Fatal(err)
-	}
-	limit, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || limit < 16 || limit > 4096 {
-		t.Skipf("fs.inotify.max_user_instances is %q: too few to share, or more than a box could take", b)
-	}
-	share := limit / 8
+	share := inotifyLimit(t, 16) / 8
 	var sigLimit syscall.Rlimit
 	if err := syscall.Getrlimit(unix.RLIMIT_SIGPENDING, &sigLimit); err != nil || sigLimit.Cur < 8000 || sigLimit.Cur > 800000 {
 		t.Skipf("RLIMIT_SIGPENDING is %d (%v): too few to share, or more than a box could queue", sigLimit.Cur, err)
