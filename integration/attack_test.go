@@ -614,6 +614,47 @@ print("unshare-cmd", subprocess.run(["/usr/bin/unshare", "-r", "true"], capture_
 import signal
 # clone(CLONE_NEWUSER|SIGCHLD) via raw syscall 56
 print("clone", *sys(56, 0x10000000 | signal.SIGCHLD, 0, 0, 0, 0))`, status: ok, check: stdoutHas("clone -1 1")},
+		// The other system call ABIs of x86-64 must not get around the filter: x32
+		// (the number with bit 30 set) and i386 (int 0x80, with its own numbers:
+		// unshare is 310 there). Each try runs in a child of its own, which reports
+		// whether its user namespace changed.
+		{name: "other system call ABIs", lang: "python", code: `
+import ctypes, mmap, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(name, call):
+    pid = os.fork()
+    if pid == 0:
+        before = os.readlink("/proc/self/ns/user")
+        try:
+            r = call()
+        except Exception as e:
+            r = repr(e)
+        print(name, r, "same-ns" if os.readlink("/proc/self/ns/user") == before else "NEW-NS", flush=True)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if not os.WIFEXITED(status):
+        print(name, "killed", os.WTERMSIG(status), "same-ns", flush=True)
+if platform.machine() != "x86_64":
+    print("x32 -1 same-ns\ni386 -1 same-ns")
+else:
+    attempt("x32", lambda: libc.syscall(ctypes.c_long(0x40000000 | 272), ctypes.c_long(0x10000000)))
+    # push rbx; mov eax, 310; mov ebx, CLONE_NEWUSER; int 0x80; pop rbx; ret
+    code = b"\x53\xb8" + (310).to_bytes(4, "little") + b"\xbb" + (0x10000000).to_bytes(4, "little") + b"\xcd\x80\x5b\xc3"
+    m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    m.write(code)
+    f = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))
+    attempt("i386", f)`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				lines := strings.Split(strings.TrimSpace(o.res.Stdout), "\n")
+				if len(lines) != 2 {
+					t.Fatalf("want 2 lines:\n%s", o)
+				}
+				for _, l := range lines {
+					if !strings.HasSuffix(l, " same-ns") || strings.Contains(l, " 0 ") {
+						t.Errorf("another ABI got past the filter: %s", l)
+					}
+				}
+			}},
 		{name: "bpf keyctl module loading", lang: "python", code: pyLibc + `
 print("bpf", *sys(321, 0, 0, 0))
 print("keyctl", *sys(250, 0, 0, 0))
