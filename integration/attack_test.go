@@ -585,7 +585,16 @@ print("attach", libc.ptrace(16, pid, 0, 0), ctypes.get_errno())
 os.kill(pid, 9)`, status: ok, check: stdoutHas("traceme -1 1\nattach -1 1")},
 		{name: "mount", lang: "python", code: pyLibc + `
 print("mount", libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, None), ctypes.get_errno())
-print("umount", libc.umount2(b"/proc", 2), ctypes.get_errno())`, status: ok, check: stdoutHas("mount -1 1\numount -1 1")},
+print("umount", libc.umount2(b"/proc", 2), ctypes.get_errno())
+# The new mount API: fsopen, open_tree (a detached copy of /), fspick, move_mount, mount_setattr.
+tmpfs, root, tmp, ws = (ctypes.create_string_buffer(b) for b in (b"tmpfs", b"/", b"/tmp", b"/workspace"))
+at = ctypes.addressof
+print("fsopen", *sys(430, at(tmpfs), 0))
+print("open_tree", *sys(428, -100, at(root), 1 | 0x8000))
+print("fspick", *sys(433, -100, at(tmp), 0))
+print("move_mount", *sys(429, -100, at(tmp), -100, at(ws), 0))
+print("mount_setattr", *sys(442, -100, at(root), 0, 0, 0))`, status: ok,
+			check: stdoutHas("mount -1 1\numount -1 1\nfsopen -1 1\nopen_tree -1 1\nfspick -1 1\nmove_mount -1 1\nmount_setattr -1 1\n")},
 		{name: "unshare and setns", lang: "python", code: pyLibc + `
 for flag in [0x10000000, 0x00020000, 0x20000000, 0x40000000]:
     print("unshare", hex(flag), libc.unshare(flag), ctypes.get_errno())
