@@ -504,17 +504,26 @@ func earliest(a, b time.Time) time.Time {
 
 // restart starts a new interpreter after the last one ended.
 func (s *session) restart(ctx context.Context) error {
-	if _, err := s.op(agentReq{Op: opStart}, "started"); err != nil {
-		return err
-	}
-	s.interpDead, s.exited = false, nil
-	// What is left in the pipes belongs to the ended interpreter.
+	// What is left in the pipes belongs to the ended interpreter: dropped before the
+	// new one starts, which may say it is ready before "started" reaches us (its ready
+	// line, dropped with the rest, once left the call waiting for it in vain).
 	s.readInto(s.outFD, io.Discard, nil)
 	s.readInto(s.errFD, io.Discard, nil)
 	s.readReport()
 	s.report = nil
+	if _, err := s.op(agentReq{Op: opStart}, "started"); err != nil {
+		return err
+	}
+	if startedHook != nil {
+		startedHook()
+	}
+	s.interpDead, s.exited = false, nil
 	return s.awaitReady(ctx)
 }
+
+// startedHook, when a test sets it, runs as soon as a restarted interpreter is
+// said to be started: a server that is slow to go on (TestSessionRestartReady).
+var startedHook func()
 
 // signal asks init to signal the interpreter's process group.
 func (s *session) signal(sig unix.Signal) {

@@ -801,3 +801,38 @@ func TestZygoteFailsToStart(t *testing.T) {
 		t.Fatalf("box cgroups left: %v", left)
 	}
 }
+
+// TestSessionRestartReady: after the interpreter of a session ended, the next call
+// starts a new one and waits for its ready line. A server slow to go on once the agent
+// said "started" (here 300 ms, as when the host is busy) must not lose that line: it
+// used to drop what was in the pipes at that point, the new interpreter's ready line
+// with the ended one's leftovers, and the call waited 30 s for it in vain.
+func TestSessionRestartReady(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := &Backend{}
+	t.Cleanup(func() { _ = b.Close() })
+	startedHook = func() { time.Sleep(300 * time.Millisecond) }
+	t.Cleanup(func() { startedHook = nil })
+	cold := zygoteSpec(box.Limits{})
+	cold.Zygote = nil
+	for _, c := range []struct {
+		name string
+		spec *box.SessionSpec
+	}{{"cold", cold}, {"zygote", zygoteSpec(box.Limits{})}} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := b.StartSession(context.Background(), c.spec)
+			if err != nil {
+				t.Fatalf("start a session: %v", err)
+			}
+			defer s.Close()
+			for i := range 3 {
+				if res := call(t, s, "import os\nprint('bye', flush=True)\nos._exit(3)", 10*time.Second); res.ExitCode != 3 {
+					t.Fatalf("round %d: the interpreter's end: exit %d stdout %q stderr %q", i, res.ExitCode, res.Stdout, res.Stderr)
+				}
+				if got := pyOK(t, s, "print('again')"); got != "again\n" {
+					t.Fatalf("round %d: after the restart: %q", i, got)
+				}
+			}
+		})
+	}
+}
