@@ -365,6 +365,20 @@ func TestServerExecute(t *testing.T) {
 	if len(res.Files) != 2 || res.Files[0].Data != base64.StdEncoding.EncodeToString([]byte("000102ff0a")) || res.Files[1].Error == "" {
 		t.Errorf("output files: %+v", res.Files)
 	}
+	// Output files are bounded in all (the server holds them until it answers, and
+	// sparse files cost the box nothing): of three sparse 15 MiB files, two come back
+	// and the third is refused, saying why.
+	res, err = c.Execute(ctx, &api.ExecuteRequest{
+		Language:    "python",
+		Code:        "for n in ('s1', 's2', 's3'):\n    f = open(n, 'w'); f.truncate(15 << 20); f.close()\n",
+		OutputFiles: []string{"s1", "s2", "s3"},
+	}, nil)
+	if err != nil || res.Status != box.StatusOK || len(res.Files) != 3 {
+		t.Fatalf("sparse output files: %v %+v", err, res)
+	}
+	if f := res.Files; f[0].Size != 15<<20 || f[1].Size != 15<<20 || f[2].Data != "" || !strings.Contains(f[2].Error, "at most 32 MiB in all") {
+		t.Errorf("sparse output files: sizes %d %d %d, third %q", f[0].Size, f[1].Size, f[2].Size, f[2].Error)
+	}
 
 	// moat run --server: the same output and exit statuses as a local run.
 	for _, c := range []struct {

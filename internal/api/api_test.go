@@ -153,6 +153,7 @@ func TestBadInput(t *testing.T) {
 		{"file absolute", "POST", "/v1/execute", `{"language":"python","code":"1","files":[{"path":"/etc/passwd","content":""}]}`, "", 400, CodeBadPath, "absolute paths must be under /workspace"},
 		{"file twice", "POST", "/v1/execute", `{"language":"python","code":"1","files":[{"path":"a","content":""},{"path":"/workspace/a","content":""}]}`, "", 400, CodeBadRequest, "given twice"},
 		{"output traversal", "POST", "/v1/execute", `{"language":"python","code":"1","output_files":["a/../../b"]}`, "", 400, CodeBadPath, "output_files[0]"},
+		{"output twice", "POST", "/v1/execute", `{"language":"python","code":"1","output_files":["a","/workspace/a"]}`, "", 400, CodeBadRequest, "output_files[1]: a is given twice"},
 		{"too large", "POST", "/v1/execute", `{"language":"python","code":"` + long + `"}`, "", 413, CodeTooLarge, "over the limit of 65536 bytes"},
 		{"content type", "POST", "/v1/execute", `{"language":"python","code":"1"}`, "text/plain", 415, CodeUnsupportedMedia, "application/json"},
 		{"session unknown field", "POST", "/v1/sessions", `{"language":"python","ttl":"1m"}`, "", 400, CodeBadRequest, `unknown field "ttl"`},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/box"
@@ -99,6 +100,9 @@ func (s *Server) executeRequest(in *ExecuteRequest, p *gate.Principal) (*engine.
 		c, err := cleanPath(fmt.Sprintf("output_files[%d]", i), o)
 		if err != nil {
 			return nil, err
+		}
+		if slices.Contains(outs, c) {
+			return nil, badRequest("output_files[%d]: %s is given twice", i, c)
 		}
 		outs = append(outs, c)
 	}

@@ -386,8 +386,13 @@ func (e *Engine) Close() error {
 	return err
 }
 
-// MaxOutputFile bounds each file a one-shot execution returns (Request.OutputFiles).
-const MaxOutputFile = 16 << 20
+// MaxOutputFile bounds each file a one-shot execution returns (Request.OutputFiles),
+// and MaxOutputFilesTotal all of them together: the server holds them, base64 and
+// all, until the result is sent, and sparse files cost the box nothing.
+const (
+	MaxOutputFile       = 16 << 20
+	MaxOutputFilesTotal = 32 << 20
+)
 
 // runForFiles runs a one-shot execution that names output files: in a session box of
 // its own (not in the store), so that the files can be read before the box goes. The
@@ -446,13 +451,19 @@ func runOneShot(ctx context.Context, s box.Session, spec *box.Spec, outputs []st
 	if err != nil {
 		return nil, err
 	}
+	left := int64(MaxOutputFilesTotal)
 	for _, p := range outputs {
 		fd := box.FileData{Path: p}
 		var buf bytes.Buffer
-		n, err := s.GetFile(ctx, p, &buf, MaxOutputFile)
-		if err != nil {
+		n, err := s.GetFile(ctx, p, &buf, min(MaxOutputFile, left))
+		switch {
+		case errors.Is(err, box.ErrFileTooLarge) && left < MaxOutputFile:
+			fd.Error = fmt.Sprintf("not returned: the output files of one execution are at most %d MiB in all, and the files before it took %d MiB; read it from a session's workspace instead",
+				MaxOutputFilesTotal>>20, (MaxOutputFilesTotal-left)>>20)
+		case err != nil:
 			fd.Error = filter.SanitizeError(err.Error())
-		} else {
+		default:
+			left -= n
 			fd.Size, fd.Data = n, base64.StdEncoding.EncodeToString(buf.Bytes())
 		}
 		res.Files = append(res.Files, fd)
