@@ -175,3 +175,52 @@ print("queued", [l for l in open("/proc/self/status") if l.startswith("SigQ:")][
 	s.stop(t, 30*time.Second)
 	checkHostClean(t, before)
 }
+
+// TestRootlessBoxQuotasShared: a rootless box's user namespace is the user's own, so
+// the kernel charges what the box spends of per-user quotas to the user who runs moat
+// (there is no other owner to give it). The box is held to a share (1/8) of them: the
+// user's own processes still get an inotify instance while the box holds all it may.
+func TestRootlessBoxQuotasShared(t *testing.T) {
+	testutil.RequireRoot(t)
+	share := inotifyLimit(t, 16) / 8
+	cred := &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}
+	before := snapshotHost(t)
+	hog := exec.Command(testutil.MoatBinary(t), "run", "--backend", "native", "--profile", "open", "--timeout", "60s", "--lang", "python", "-")
+	hog.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	hog.Dir = "/"
+	hog.Env = append(os.Environ(), "XDG_DATA_HOME="+userDataDir(t, cred))
+	hog.Stdin = strings.NewReader(takeInotify)
+	var hogErr bytes.Buffer
+	hog.Stderr = &hogErr
+	out, err := hog.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hog.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = hog.Process.Signal(syscall.SIGTERM)
+		_ = hog.Wait()
+		checkHostClean(t, before, 65534)
+	}()
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(out).ReadString('\n')
+		line <- l
+	}()
+	select {
+	case l := <-line:
+		if l != fmt.Sprintf("took %d\n", share) {
+			t.Fatalf("the rootless box: %q, want its share, %d instances\n%s", l, share, hogErr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the rootless box did not report in 30 s\n%s", hogErr.String())
+	}
+	probe := exec.Command("/usr/bin/python3", "-c", "import ctypes\nl = ctypes.CDLL(None, use_errno=True)\nprint('inotify', 'ok' if l.inotify_init1(0) >= 0 else ctypes.get_errno())")
+	probe.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	probe.Dir = "/"
+	if o, err := probe.CombinedOutput(); err != nil || string(o) != "inotify ok\n" {
+		t.Fatalf("a host process of the user while the rootless box holds its share: %q %v", o, err)
+	}
+}

@@ -295,15 +295,19 @@ func nprocLimit(pids int64) uint64 {
 }
 
 func setRlimits(s *initSpec) error {
-	limits := []struct {
+	type limit struct {
 		res  int
 		name string
 		v    uint64
-	}{
+	}
+	limits := []limit{
 		{unix.RLIMIT_CORE, "core", 0},
 		{unix.RLIMIT_NOFILE, "nofile", uint64(s.OpenFiles)},
 		{unix.RLIMIT_NPROC, "nproc", nprocLimit(s.Pids)}, // the code's own: codeRlimits
 		{unix.RLIMIT_CPU, "cpu", s.CPUSecs},
+	}
+	if s.SigPending > 0 {
+		limits = append(limits, limit{unix.RLIMIT_SIGPENDING, "sigpending", s.SigPending})
 	}
 	for _, l := range limits {
 		// Lowering is always allowed; raising past the inherited hard limit is not

@@ -96,6 +96,11 @@ func (b *Backend) launch(ls launchSpec, tr *phaseTrace) (_ *boxProc, err error) 
 	is.TmpBytes, is.DiskBytes = lim.Tmp, lim.Disk
 	is.Pids, is.OpenFiles = lim.Pids, lim.OpenFiles
 	is.Trace, is.Rootless, is.Container = traceEnabled, rootless, contained
+	if rootless {
+		// The box's namespaces are the user's own: without a share, the code could
+		// take all of the user's inotify instances and queued signals.
+		is.UserLimits, is.SigPending = userLimitShares(), uint64(sigPendingShare())
+	}
 	if !contained {
 		if is.HostExe, err = selfPath(); err != nil {
 			return nil, err

@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -120,4 +122,47 @@ func clearSecurebits() error {
 		return err
 	}
 	return unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits&^secbitNoSetuidFixup), 0, 0, 0)
+}
+
+// quotaShares: a box that shares an owner with others (the boxes of one zygote) or
+// with the user who runs moat (a rootless box) may hold 1/quotaShares of the per-user
+// quotas the kernel counts along the user namespaces: userLimitShares and
+// sigPendingShare.
+const quotaShares = 8
+
+// userQuotas are those quotas that are sysctls: the host's, and the name of the
+// same limit in a user namespace's /proc/sys/user.
+var userQuotas = [][2]string{
+	{"/proc/sys/fs/inotify/max_user_instances", "max_inotify_instances"},
+	{"/proc/sys/fs/inotify/max_user_watches", "max_inotify_watches"},
+}
+
+// userLimitShares is a box's share of userQuotas: the values to write to the box's
+// own user namespace's /proc/sys/user, so that the box cannot take all of a quota it
+// shares. Quotas the host does not show are left out.
+func userLimitShares() map[string]int64 {
+	limits := map[string]int64{}
+	for _, q := range userQuotas {
+		b, err := os.ReadFile(q[0])
+		if err != nil {
+			continue
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil || v <= 0 {
+			continue
+		}
+		limits[q[1]] = max(v/quotaShares, 1)
+	}
+	return limits
+}
+
+// sigPendingShare is a box's share of the queued signals (RLIMIT_SIGPENDING, counted
+// along the user namespaces too): of this process's limit, which the boxes it makes
+// draw from. 0 when that is unlimited or unknown.
+func sigPendingShare() int64 {
+	var r unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_SIGPENDING, &r) != nil || r.Cur == unix.RLIM_INFINITY || r.Cur == 0 {
+		return 0
+	}
+	return int64(max(r.Cur/quotaShares, 1))
 }

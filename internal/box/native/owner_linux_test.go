@@ -83,9 +83,9 @@ func TestBoxQuotasAreNotHostRoots(t *testing.T) {
 			instances, _ := strconv.Atoi(f[0])
 			queued, _ := strconv.Atoi(f[1])
 			// The box must have reached real limits, or the check below proves nothing:
-			// a zygote's box its share of them (zygoteUserLimits).
+			// a zygote's box its share of them (userLimitShares).
 			if c.name == "zygote" {
-				if share := zygoteUserLimits()["max_inotify_instances"]; int64(instances) != share {
+				if share := userLimitShares()["max_inotify_instances"]; int64(instances) != share {
 					t.Fatalf("the zygote's box got %d inotify instances, want its share, %d", instances, share)
 				}
 			} else if instances < 64 {

@@ -42,6 +42,11 @@ type initSpec struct {
 	Seccomp []byte `json:"seccomp"`
 	// Rootless: moat runs as an ordinary user; only its own uid and gid are mapped.
 	Rootless bool `json:"rootless"`
+	// UserLimits, for init to write to the box's /proc/sys/user, and SigPending (0:
+	// none), its RLIMIT_SIGPENDING: the box's share of per-user quotas it draws from
+	// with others (a rootless box: with the user who runs moat; quotaShares).
+	UserLimits map[string]int64 `json:"user_limits,omitempty"`
+	SigPending uint64           `json:"sigpending,omitempty"`
 	// Container: init runs in a box another runtime made (a Starter's container):
 	// the namespaces, the root, /tmp, /workspace and /.moat exist, init runs as the
 	// box's user without privileges, or as the container's root with only the

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -70,7 +72,7 @@ func mountRootfs(s *initSpec) error {
 	if err := makeDev(s); err != nil {
 		return err
 	}
-	if err := makeProc(); err != nil {
+	if err := makeProc(s.UserLimits); err != nil {
 		return err
 	}
 	if err := mkdirMount("tmpfs", stage+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("mode=1777,size=%d", s.TmpBytes)); err != nil {
@@ -235,10 +237,19 @@ func makeDev(s *initSpec) error {
 	return mount("", dev, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64")
 }
 
-func makeProc() error {
+// makeProc mounts the box's /proc, masked and read-only where it must be. Before
+// /proc/sys is made read-only, it writes userLimits to /proc/sys/user: the limits of
+// init's user namespace, the box's (init, its root, may).
+func makeProc(userLimits map[string]int64) error {
 	proc := stage + "/proc"
 	if err := mkdirMount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return err
+	}
+	for name, v := range userLimits {
+		err := os.WriteFile(proc+"/sys/user/"+name, []byte(strconv.FormatInt(v, 10)), 0)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("set the box's user namespace limit %s: %w", name, err)
+		}
 	}
 	for _, p := range procMasked {
 		target := proc + "/" + p

@@ -289,7 +289,7 @@ def _setup(cfg, req, sock):
 
 def _user_limits(sysfd, limits):
     """Writes the box's share of the per-user quotas its zygote's boxes draw from
-    together (zygote_linux.go's zygoteUserLimits) to the box's own user namespace,
+    together (owner_linux.go's userLimitShares) to the box's own user namespace,
     through sysfd (this box's /proc/sys, opened while writable): a lookup under
     /proc/sys/user finds the namespace of the process that makes it, J's by now, where
     J still has every capability. A kernel without the limit has no file for it."""

@@ -87,7 +87,7 @@ import (
 //     (inotify instances and watches, queued signals) are charged to the zygote's
 //     namespace owner for all its boxes together, where a cold box has an owner of
 //     its own (owner_linux.go). J holds each box to an eighth of them
-//     (zygoteUserLimits, zygoteSigPending), so one box cannot take them all.
+//     (quotaShares), so one box cannot take them all.
 //   - The server trusts from J only its first message, sent before any untrusted
 //     code exists, and takes J's pid from the kernel (SCM_CREDENTIALS), not from J.
 //   - Forked children share the zygote's address-space layout and Python's hash
@@ -121,52 +121,7 @@ const (
 	zygoteBackoff = 30 * time.Second
 	// zygoteReserve is added to a zygote box's pids cgroup limit: J, and a spare.
 	zygoteReserve = 2
-	// zygoteQuotaShares: a box forked from a zygote may hold 1/zygoteQuotaShares of
-	// the per-user kernel quotas that the host gives each user namespace's owner
-	// (zygoteUserLimits).
-	zygoteQuotaShares = 8
 )
-
-// zygoteUserQuotas are the per-user kernel quotas (the host's sysctl, and the
-// name of the same limit in /proc/sys/user of a user namespace) that every box of a
-// zygote draws from together: the kernel charges a box's use to the owner of each
-// user namespace above it, and the boxes of one zygote share the zygote's.
-var zygoteUserQuotas = [][2]string{
-	{"/proc/sys/fs/inotify/max_user_instances", "max_inotify_instances"},
-	{"/proc/sys/fs/inotify/max_user_watches", "max_inotify_watches"},
-}
-
-// zygoteSigPending is each zygote box's share of the queued signals (RLIMIT_SIGPENDING,
-// which the kernel counts along the user namespaces as it counts zygoteUserQuotas): a
-// zygote's boxes draw from the limit of the process that made the zygote's namespace,
-// this one's. 0 when that is unlimited or unknown.
-func zygoteSigPending() int64 {
-	var r unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_SIGPENDING, &r) != nil || r.Cur == unix.RLIM_INFINITY || r.Cur == 0 {
-		return 0
-	}
-	return int64(max(r.Cur/zygoteQuotaShares, 1))
-}
-
-// zygoteUserLimits is each zygote box's share of zygoteUserQuotas: what J sets in the
-// box's own user namespace, so that one box cannot take all of a quota and leave the
-// other boxes of its zygote none (a cold box, whose namespace has an owner of its
-// own, needs no share). Quotas the host does not show are left out.
-func zygoteUserLimits() map[string]int64 {
-	limits := map[string]int64{}
-	for _, q := range zygoteUserQuotas {
-		b, err := os.ReadFile(q[0])
-		if err != nil {
-			continue
-		}
-		v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		if err != nil || v <= 0 {
-			continue
-		}
-		limits[q[1]] = max(v/zygoteQuotaShares, 1)
-	}
-	return limits
-}
 
 // zygoteConfig is /.moat/zygote.json: what zygote.py applies to each box.
 type zygoteConfig struct {
@@ -176,11 +131,11 @@ type zygoteConfig struct {
 	BoxUID       int      `json:"box_uid"`
 	BoxGID       int      `json:"box_gid"`
 	Trace        bool     `json:"trace"` // J reports its laps (MOAT_DEBUG_PHASES)
-	// UserLimits are the values J writes to the box's /proc/sys/user (zygoteUserLimits).
+	// UserLimits are the values J writes to the box's /proc/sys/user, and SigPending
+	// (0: none) the box's RLIMIT_SIGPENDING: each box's share of the quotas its
+	// zygote's boxes draw from together (quotaShares).
 	UserLimits map[string]int64 `json:"user_limits"`
-	// SigPending is the box's RLIMIT_SIGPENDING, its share of the queued signals its
-	// zygote's boxes draw from together (zygoteSigPending); 0 leaves the limit.
-	SigPending int64 `json:"sigpending"`
+	SigPending int64            `json:"sigpending"`
 }
 
 // zygoteReq asks the zygote for one box; it travels with the box's five fds.
@@ -556,8 +511,8 @@ func zygoteConfigFile() ([]byte, error) {
 	}
 	return json.Marshal(zygoteConfig{
 		Seccomp: hex.EncodeToString(filter), ProcMasked: procMasked, ProcReadOnly: procReadOnly,
-		BoxUID: boxUID, BoxGID: boxGID, Trace: traceEnabled, UserLimits: zygoteUserLimits(),
-		SigPending: zygoteSigPending(),
+		BoxUID: boxUID, BoxGID: boxGID, Trace: traceEnabled, UserLimits: userLimitShares(),
+		SigPending: sigPendingShare(),
 	})
 }
 
