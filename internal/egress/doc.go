@@ -44,7 +44,8 @@
 //     name the same host (or none); DNS answers only allowed names.
 //   - The address dialled is the address checked. The proxy resolves the name
 //     itself (Policy.Hosts first), drops the addresses in refused ranges
-//     (loopback, private, link-local, CGNAT, cloud metadata, ...; see Refused)
+//     (loopback, private, link-local, CGNAT, cloud metadata, ..., and the host's
+//     own addresses; see Refused)
 //     and dials one of the rest, so a name that resolves to 127.0.0.1 or
 //     169.254.169.254 (DNS rebinding, SSRF) reaches nothing. Only an allow rule
 //     naming the address with its port, "127.0.0.1:8080", opens such an

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // Mode is a box's network mode.
@@ -336,8 +338,67 @@ var (
 // These ranges hold the host's own services, the networks the moat server sits
 // in, and the cloud's metadata service: a box that could reach them (directly, or
 // through an allowed name whose DNS answer points there: DNS rebinding) could
-// attack what runs beside it.
+// attack what runs beside it. The host's own addresses are refused too, whatever
+// their range ("an address of this host": a public address of the host reaches
+// whatever listens on all its interfaces, moat serve --listen 0.0.0.0 included).
 func Refused(addr netip.Addr) (reason string, refused bool) {
+	if why, refused := refusedRange(addr); refused {
+		return why, true
+	}
+	if hostAddrs.has(addr.WithZone("").Unmap()) {
+		return "address of this host", true
+	}
+	return "", false
+}
+
+// hostAddrs are the addresses of this host's interfaces, as the proxy's dials see
+// them (the server's network namespace), read again when a second has passed.
+var hostAddrs = &addrCache{read: interfaceAddrs, ttl: time.Second}
+
+// interfaceAddrs lists the addresses of this host's interfaces.
+func interfaceAddrs() ([]netip.Addr, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, p.Addr().WithZone("").Unmap())
+		}
+	}
+	return out, nil
+}
+
+// addrCache keeps a set of addresses read by read, again once ttl has passed.
+type addrCache struct {
+	read func() ([]netip.Addr, error)
+	ttl  time.Duration
+
+	mu    sync.Mutex
+	at    time.Time
+	addrs map[netip.Addr]bool
+}
+
+// has reports whether a is in the set. When the set cannot be read, the last one
+// read stays.
+func (c *addrCache) has(a netip.Addr) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.addrs == nil || time.Since(c.at) > c.ttl {
+		if addrs, err := c.read(); err == nil {
+			c.addrs = make(map[netip.Addr]bool, len(addrs))
+			for _, x := range addrs {
+				c.addrs[x] = true
+			}
+		}
+		c.at = time.Now()
+	}
+	return c.addrs[a]
+}
+
+// refusedRange is Refused without the host's own addresses.
+func refusedRange(addr netip.Addr) (reason string, refused bool) {
 	a := addr.WithZone("").Unmap()
 	if metadataAddrs[a] {
 		return "cloud metadata", true

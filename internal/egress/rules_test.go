@@ -4,8 +4,10 @@ import (
 	"errors"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseRules(t *testing.T) {
@@ -193,6 +195,38 @@ func TestRefused(t *testing.T) {
 				t.Errorf("Refused(%s) = %q, %v; want %q", tt.addr, reason, refused, tt.reason)
 			}
 		})
+	}
+}
+
+// TestRefusedHostAddrs: an address of this host's interfaces is refused whatever its
+// range (here a public one, as a host with a public address has), also as NAT64 and
+// IPv4-mapped forms; the list is read again once its second has passed.
+func TestRefusedHostAddrs(t *testing.T) {
+	saved := hostAddrs
+	t.Cleanup(func() { hostAddrs = saved })
+	own := []netip.Addr{netip.MustParseAddr("8.8.4.4"), netip.MustParseAddr("2606:4700::6810:85e5")}
+	reads := 0
+	hostAddrs = &addrCache{read: func() ([]netip.Addr, error) { reads++; return own, nil }, ttl: time.Hour}
+	for _, a := range []string{"8.8.4.4", "::ffff:8.8.4.4", "64:ff9b::808:404", "2606:4700::6810:85e5"} {
+		if why, refused := Refused(netip.MustParseAddr(a)); !refused || !strings.HasPrefix(why, "address of this host") {
+			t.Errorf("Refused(%s) = %q, %v; want an address of this host", a, why, refused)
+		}
+	}
+	if why, refused := Refused(netip.MustParseAddr("8.8.8.8")); refused {
+		t.Errorf("Refused(8.8.8.8) = %q: not the host's", why)
+	}
+	if reads != 1 {
+		t.Errorf("the host's addresses were read %d times within their TTL, want once", reads)
+	}
+	hostAddrs.ttl = 0
+	own = nil
+	time.Sleep(time.Millisecond)
+	if _, refused := Refused(netip.MustParseAddr("8.8.4.4")); refused {
+		t.Error("an address the host no longer has is still refused")
+	}
+	// The real list holds at least loopback.
+	if addrs, err := interfaceAddrs(); err != nil || !slices.Contains(addrs, netip.MustParseAddr("127.0.0.1")) {
+		t.Errorf("interfaceAddrs() = %v, %v; want 127.0.0.1 among them", addrs, err)
 	}
 }
 
