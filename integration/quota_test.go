@@ -52,19 +52,21 @@ func inotifyLimit(t *testing.T, least int) int {
 	return limit
 }
 
-// TestBoxQuotasApart: per-user kernel quotas that a box spends (here all the inotify
-// instances fs.inotify.max_user_instances allows) are its own. While one native box,
-// made by one moat run, holds all of them, a box of another moat run still gets one.
-// Each box's user namespace has an owner uid of its own, to which the kernel charges
-// the box's use; two moat processes once gave their first boxes the same owner, and
-// the second box got EMFILE. (The docker backend runs every box as the host's uid
-// 65534, so there these quotas are shared: see README, Backends.)
-func TestBoxQuotasApart(t *testing.T) {
-	testutil.RequireRoot(t)
+// holdInotify starts a cold native box, as cred's user when cred is not nil, that
+// takes every inotify instance the kernel gives it and holds them (takeInotify), and
+// returns the line it printed: "took N". The box is stopped, and the host checked
+// clean, when the test ends.
+func holdInotify(t *testing.T, cred *syscall.Credential) string {
+	t.Helper()
 	before := snapshotHost(t)
-	limit := inotifyLimit(t, 1)
-
 	hog := exec.Command(testutil.MoatBinary(t), "run", "--backend", "native", "--profile", "open", "--timeout", "60s", "--lang", "python", "-")
+	var extraUIDs []int
+	if cred != nil {
+		hog.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		hog.Dir = "/"
+		hog.Env = append(os.Environ(), "XDG_DATA_HOME="+userDataDir(t, cred))
+		extraUIDs = append(extraUIDs, int(cred.Uid))
+	}
 	hog.Stdin = strings.NewReader(takeInotify)
 	var hogErr bytes.Buffer
 	hog.Stderr = &hogErr
@@ -75,11 +77,11 @@ func TestBoxQuotasApart(t *testing.T) {
 	if err := hog.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		_ = hog.Process.Signal(syscall.SIGTERM)
 		_ = hog.Wait()
-		checkHostClean(t, before)
-	}()
+		checkHostClean(t, before, extraUIDs...)
+	})
 	line := make(chan string, 1)
 	go func() {
 		l, _ := bufio.NewReader(out).ReadString('\n')
@@ -87,11 +89,28 @@ func TestBoxQuotasApart(t *testing.T) {
 	}()
 	select {
 	case l := <-line:
-		if l != "took "+strconv.Itoa(limit)+"\n" {
-			t.Fatalf("the first box: %q, want it to take all %d instances its owner may have\n%s", l, limit, hogErr.String())
+		if !strings.HasPrefix(l, "took ") {
+			t.Fatalf("the box holding inotify instances: %q\n%s", l, hogErr.String())
 		}
+		return l
 	case <-time.After(30 * time.Second):
-		t.Fatalf("the first box did not report in 30 s\n%s", hogErr.String())
+		t.Fatalf("the box holding inotify instances did not report in 30 s\n%s", hogErr.String())
+	}
+	return ""
+}
+
+// TestBoxQuotasApart: per-user kernel quotas that a box spends (here all the inotify
+// instances fs.inotify.max_user_instances allows) are its own. While one native box,
+// made by one moat run, holds all of them, a box of another moat run still gets one.
+// Each box's user namespace has an owner uid of its own, to which the kernel charges
+// the box's use; two moat processes once gave their first boxes the same owner, and
+// the second box got EMFILE. (The docker backend runs every box as the host's uid
+// 65534, so there these quotas are shared: see README, Backends.)
+func TestBoxQuotasApart(t *testing.T) {
+	testutil.RequireRoot(t)
+	limit := inotifyLimit(t, 1)
+	if l := holdInotify(t, nil); l != "took "+strconv.Itoa(limit)+"\n" {
+		t.Fatalf("the first box: %q, want it to take all %d instances its owner may have", l, limit)
 	}
 
 	o := moatExec(t, `
@@ -184,38 +203,8 @@ func TestRootlessBoxQuotasShared(t *testing.T) {
 	testutil.RequireRoot(t)
 	share := inotifyLimit(t, 16) / 8
 	cred := &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}
-	before := snapshotHost(t)
-	hog := exec.Command(testutil.MoatBinary(t), "run", "--backend", "native", "--profile", "open", "--timeout", "60s", "--lang", "python", "-")
-	hog.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	hog.Dir = "/"
-	hog.Env = append(os.Environ(), "XDG_DATA_HOME="+userDataDir(t, cred))
-	hog.Stdin = strings.NewReader(takeInotify)
-	var hogErr bytes.Buffer
-	hog.Stderr = &hogErr
-	out, err := hog.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hog.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = hog.Process.Signal(syscall.SIGTERM)
-		_ = hog.Wait()
-		checkHostClean(t, before, 65534)
-	}()
-	line := make(chan string, 1)
-	go func() {
-		l, _ := bufio.NewReader(out).ReadString('\n')
-		line <- l
-	}()
-	select {
-	case l := <-line:
-		if l != fmt.Sprintf("took %d\n", share) {
-			t.Fatalf("the rootless box: %q, want its share, %d instances\n%s", l, share, hogErr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the rootless box did not report in 30 s\n%s", hogErr.String())
+	if l := holdInotify(t, cred); l != fmt.Sprintf("took %d\n", share) {
+		t.Fatalf("the rootless box: %q, want its share, %d instances", l, share)
 	}
 	probe := exec.Command("/usr/bin/python3", "-c", "import ctypes\nl = ctypes.CDLL(None, use_errno=True)\nprint('inotify', 'ok' if l.inotify_init1(0) >= 0 else ctypes.get_errno())")
 	probe.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
