@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/moat-sandbox/moat/internal/box"
 )
@@ -99,6 +100,10 @@ type Container interface {
 	// OOMKills counts the tasks the kernel's OOM killer killed in the container so
 	// far, where the runtime can tell while it runs; else 0.
 	OOMKills() int64
+	// Usage is the CPU time and the peak memory of all the container's processes so
+	// far, where the runtime can tell while it runs (its cgroup, read on the host);
+	// ok is false otherwise, and once the container is gone.
+	Usage() (cpu time.Duration, peak int64, ok bool)
 }
 
 // ExitKilled is a container's exit status when its PID 1 died of SIGKILL (the OOM

@@ -497,10 +497,14 @@ func (p *proc) LimitsMemory() bool { return true }
 func (p *proc) Placed() error { return nil }
 
 // Usage implements native.Proc: the OOM kills the runtime saw so far (once the
-// container exited, also its exit's). CPU time and peak memory are unknown (init's
-// account of the code stands).
+// container exited, also its exit's), and the CPU time and peak memory of the whole
+// container while the runtime can tell them (else, and once it is gone, they are
+// unknown: init's account of the code stands).
 func (p *proc) Usage() (native.ProcUsage, bool) {
 	u := native.ProcUsage{OOMKills: p.c.OOMKills()}
+	if cpu, peak, ok := p.c.Usage(); ok {
+		u.CPU, u.PeakMemoryBytes = cpu, peak
+	}
 	select {
 	case <-p.done:
 		if p.exit.OOMKilled && u.OOMKills == 0 {

@@ -126,6 +126,11 @@ type boxContainer struct {
 	oomLooked bool   // the counter was looked for (once the container ran)
 	oomFile   string // the container's OOM-kill counter, "" when not readable here
 	oomSeen   int64  // the highest count OOMKills returned
+
+	usageMu     sync.Mutex
+	usageLooked bool   // the files were looked for (once the container ran)
+	cpuFile     string // the container's CPU time, "" when not readable here
+	peakFile    string // its peak memory
 }
 
 func (c *boxContainer) ID() string            { return short(c.id) }
@@ -190,6 +195,35 @@ func (c *boxContainer) OOMKills() int64 {
 		n = max(n, c.oom.count(c.id))
 	}
 	return n
+}
+
+// Usage implements container.Container: the container's cgroup counters, found as
+// OOMKills finds its own through the container's host pid (once; the cgroup must be
+// this host's and name the container). Not ok when they cannot be read here, or once
+// the container is gone.
+func (c *boxContainer) Usage() (time.Duration, int64, bool) {
+	c.usageMu.Lock()
+	defer c.usageMu.Unlock()
+	if !c.usageLooked {
+		c.usageLooked = true
+		ctx, cancel := context.WithTimeout(context.Background(), inspectTimeout)
+		defer cancel()
+		if st, err := c.e.State(ctx, c.id); err == nil && st.PID > 0 {
+			c.cpuFile, c.peakFile, _ = cgroup.UsageFiles(st.PID, c.id)
+		}
+	}
+	if c.cpuFile == "" {
+		return 0, 0, false
+	}
+	cpu, err := cgroup.ReadCPU(c.cpuFile)
+	if err != nil || cpu < 0 {
+		return 0, 0, false
+	}
+	peak, err := cgroup.ReadPeak(c.peakFile)
+	if err != nil || peak < 0 {
+		peak = 0
+	}
+	return cpu, peak, true
 }
 
 // kernelOOMKills is OOMKills from the kernel's counter, else the daemon's mark.

@@ -361,6 +361,19 @@ func (s *sandbox) cleanup() {
 	_ = os.RemoveAll(s.dir)
 }
 
+// Usage implements container.Container: the cgroup's counters (the sandbox's:
+// gVisor's kernel and the code together).
+func (s *sandbox) Usage() (time.Duration, int64, bool) {
+	if s.cg == nil {
+		return 0, 0, false
+	}
+	st, err := s.cg.Stats()
+	if err != nil || st.CPUUsage < 0 {
+		return 0, 0, false
+	}
+	return st.CPUUsage, max(st.PeakMemoryBytes, 0), true
+}
+
 // OOMKills implements container.Container: the cgroup's count.
 func (s *sandbox) OOMKills() int64 {
 	if s.cg == nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/childproc"
 	"github.com/moat-sandbox/moat/internal/linux/caps"
+	"github.com/moat-sandbox/moat/internal/linux/cgroup"
 	"github.com/moat-sandbox/moat/internal/linux/landlock"
 	"github.com/moat-sandbox/moat/internal/linux/seccomp"
 )
@@ -386,6 +387,15 @@ func runCode(s *initSpec, began time.Time) (initMsg, error) {
 	if s.CodePath != "" {
 		argv = append(argv, s.CodePath)
 	}
+	// In a container the host cannot read the box's cgroup once the code has ended
+	// (the runtime removes it with the container): the CPU the whole box used while
+	// the code ran is measured here, so that what the code left running in the
+	// background counts too (wait4's account has only the code and what it waited for).
+	var cpuBefore time.Duration
+	boxCPU := false
+	if s.Container {
+		cpuBefore, boxCPU = cgroup.OwnCPU()
+	}
 	pid, err := startCode(s, argv)
 	if s.ReportFD != 0 {
 		unix.Close(s.ReportFD) // the code holds it now; EOF reaches the parent when the box ends
@@ -415,6 +425,9 @@ func runCode(s *initSpec, began time.Time) (initMsg, error) {
 		}
 		s.lap("code")
 		msg := exitMsg(ws, &ru)
+		if cpuAfter, ok := cgroup.OwnCPU(); boxCPU && ok && cpuAfter >= cpuBefore {
+			msg.CPUMicros = max(msg.CPUMicros, (cpuAfter - cpuBefore).Microseconds())
+		}
 		msg.SetupMicros = setupMicros
 		msg.Laps = strings.Join(s.laps, " ")
 		return msg, nil

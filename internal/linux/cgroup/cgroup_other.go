@@ -2,7 +2,10 @@
 
 package cgroup
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Detect reports None: cgroups exist only on Linux.
 func Detect() Info {
@@ -61,3 +64,6 @@ func Remove(name string) error { return nil }
 
 // OwnerGone reports false: there are no boxes outside Linux.
 func OwnerGone(name string) bool { return false }
+
+// OwnCPU reports nothing off Linux.
+func OwnCPU() (time.Duration, bool) { return 0, false }

@@ -6,6 +6,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 )
 
 // OOMKillFile returns the control file that counts the OOM kills in the memory
@@ -31,6 +32,57 @@ func OOMKillFile(pid int, want string) (string, error) {
 // oomKillFileFrom is OOMKillFile on the texts of /proc/self/mountinfo and
 // /proc/PID/cgroup.
 func oomKillFileFrom(mountinfo, procCgroup, want string) (string, error) {
+	return controlFileFrom(mountinfo, procCgroup, want, "memory", "memory.oom_control", "memory.events")
+}
+
+// UsageFiles returns the control files that hold the CPU time and the peak memory of
+// the cgroups of process pid, found as OOMKillFile finds its file (want likewise):
+// cpuacct.usage and memory.max_usage_in_bytes on v1, cpu.stat and memory.peak on v2
+// (which Linux 5.19 added). Read them with ReadCPU and ReadPeak.
+func UsageFiles(pid int, want string) (cpu, peak string, err error) {
+	self, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return "", "", err
+	}
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", "", err
+	}
+	if cpu, err = controlFileFrom(string(mountinfo), string(self), want, "cpuacct", "cpuacct.usage", "cpu.stat"); err != nil {
+		return "", "", err
+	}
+	if peak, err = controlFileFrom(string(mountinfo), string(self), want, "memory", "memory.max_usage_in_bytes", "memory.peak"); err != nil {
+		return "", "", err
+	}
+	return cpu, peak, nil
+}
+
+// ReadCPU reads the CPU time from a cpu file of UsageFiles: -1 when the kernel does
+// not count it.
+func ReadCPU(file string) (time.Duration, error) {
+	if path.Base(file) == "cpu.stat" {
+		v, err := readStat(file, "usage_usec")
+		if v < 0 {
+			return -1, err
+		}
+		return time.Duration(v) * time.Microsecond, err
+	}
+	v, err := readStat(file, "")
+	return time.Duration(v), err
+}
+
+// ReadPeak reads the peak memory in bytes from a peak file of UsageFiles: -1 when
+// the kernel does not keep it.
+func ReadPeak(file string) (int64, error) {
+	return readStat(file, "")
+}
+
+// controlFileFrom returns, from the texts of /proc/self/mountinfo and
+// /proc/PID/cgroup, the path here of the control file of the process's cgroup of
+// controller: v1file in that v1 hierarchy when the controller is a v1 one, else
+// v2file in the unified hierarchy. want, when not empty, must occur in the cgroup's
+// path.
+func controlFileFrom(mountinfo, procCgroup, want, controller, v1file, v2file string) (string, error) {
 	var v1, v2 string
 	hasV1, hasV2 := false, false
 	for line := range strings.Lines(procCgroup) {
@@ -39,29 +91,29 @@ func oomKillFileFrom(mountinfo, procCgroup, want string) (string, error) {
 		case len(parts) != 3:
 		case parts[0] == "0" && parts[1] == "":
 			v2, hasV2 = parts[2], true
-		case slices.Contains(strings.Split(parts[1], ","), "memory"):
+		case slices.Contains(strings.Split(parts[1], ","), controller):
 			v1, hasV1 = parts[2], true
 		}
 	}
-	p, fstype, file := v2, "cgroup2", "memory.events"
+	p, fstype, file := v2, "cgroup2", v2file
 	switch {
 	case hasV1:
-		p, fstype, file = v1, "cgroup", "memory.oom_control"
+		p, fstype, file = v1, "cgroup", v1file
 	case !hasV2:
-		return "", fmt.Errorf("no memory cgroup in %q", procCgroup)
+		return "", fmt.Errorf("no %s cgroup in %q", controller, procCgroup)
 	}
 	if want != "" && !strings.Contains(p, want) {
-		return "", fmt.Errorf("memory cgroup %s does not name %s", p, want)
+		return "", fmt.Errorf("%s cgroup %s does not name %s", controller, p, want)
 	}
 	for _, m := range parseMountinfo(mountinfo) {
-		if m.fstype != fstype || (fstype == "cgroup" && !slices.Contains(m.opts, "memory")) {
+		if m.fstype != fstype || (fstype == "cgroup" && !slices.Contains(m.opts, controller)) {
 			continue
 		}
 		if dir, ok := m.dir(p); ok {
 			return path.Join(dir, file), nil
 		}
 	}
-	return "", fmt.Errorf("memory cgroup %s is under no %s mount here", p, fstype)
+	return "", fmt.Errorf("%s cgroup %s is under no %s mount here", controller, p, fstype)
 }
 
 // ReadOOMKills reads the count of OOM kills from a file of OOMKillFile: -1 when

@@ -71,3 +71,44 @@ func TestReadOOMKills(t *testing.T) {
 		}
 	}
 }
+
+// TestUsageFilesFrom: the CPU and peak-memory files of a container's cgroup, found as
+// its OOM-kill counter is, on v1 (cpuacct co-mounted with cpu) and v2; and read.
+func TestUsageFilesFrom(t *testing.T) {
+	const id = "0f8acc17372d3626800db652d6c96789641c146f0385b616d08fc7816685ba4d"
+	v1 := `30 25 0:26 / /sys/fs/cgroup/memory rw,nosuid shared:9 - cgroup cgroup rw,memory
+33 25 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid shared:12 - cgroup cgroup rw,cpu,cpuacct
+`
+	cg := "4:cpu,cpuacct:/docker/" + id + "\n5:memory:/docker/" + id + "\n"
+	if f, err := controlFileFrom(v1, cg, id, "cpuacct", "cpuacct.usage", "cpu.stat"); err != nil || f != "/sys/fs/cgroup/cpu,cpuacct/docker/"+id+"/cpuacct.usage" {
+		t.Errorf("v1 cpu: %q, %v", f, err)
+	}
+	if f, err := controlFileFrom(v1, cg, id, "memory", "memory.max_usage_in_bytes", "memory.peak"); err != nil || f != "/sys/fs/cgroup/memory/docker/"+id+"/memory.max_usage_in_bytes" {
+		t.Errorf("v1 peak: %q, %v", f, err)
+	}
+	unified := "29 25 0:25 / /sys/fs/cgroup rw,nosuid shared:8 - cgroup2 cgroup2 rw\n"
+	if f, err := controlFileFrom(unified, "0::/system.slice/docker-"+id+".scope\n", id, "cpuacct", "cpuacct.usage", "cpu.stat"); err != nil || f != "/sys/fs/cgroup/system.slice/docker-"+id+".scope/cpu.stat" {
+		t.Errorf("v2 cpu: %q, %v", f, err)
+	}
+
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if d, err := ReadCPU(write("cpuacct.usage", "1500000000\n")); err != nil || d.Milliseconds() != 1500 {
+		t.Errorf("v1 cpu: %v, %v", d, err)
+	}
+	if d, err := ReadCPU(write("cpu.stat", "usage_usec 2500000\nuser_usec 2000000\n")); err != nil || d.Milliseconds() != 2500 {
+		t.Errorf("v2 cpu: %v, %v", d, err)
+	}
+	if v, err := ReadPeak(write("memory.peak", "4096\n")); err != nil || v != 4096 {
+		t.Errorf("peak: %d, %v", v, err)
+	}
+	if v, err := ReadPeak(filepath.Join(dir, "missing")); err != nil || v != -1 {
+		t.Errorf("a missing peak: %d, %v, want -1", v, err)
+	}
+}

@@ -46,6 +46,7 @@ func All(t *testing.T, h *Harness) {
 	}{
 		{"Run", Run}, {"FilesAndReport", FilesAndReport}, {"Limits", Limits}, {"Session", Session},
 		{"CodeKillsAgent", CodeKillsAgent}, {"SessionMemoryLimit", SessionMemoryLimit}, {"KilledFromOutside", KilledFromOutside}, {"WorkspaceFull", WorkspaceFull},
+		{"Usage", Usage},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, h) })
 	}
@@ -518,4 +519,34 @@ func CodeKillsAgent(t *testing.T, h *Harness) {
 		}
 		h.requireNoBoxes(t)
 	}
+}
+
+// Usage: the result's usage counts the CPU of everything the code ran, a process it
+// left busy in the background and killed without waiting for included (what the
+// code's own wait4 account misses), in a run and in a session's call, and the peak
+// memory.
+func Usage(t *testing.T, h *Harness) {
+	const busy = "(while :; do :; done) & sleep 1; kill %1"
+	check := func(t *testing.T, res *box.Result) {
+		t.Helper()
+		if res.Status != box.StatusOK || res.Usage.CPUMS < 500 || res.Usage.PeakMemoryBytes <= 0 {
+			t.Errorf("a second of a busy background process: status %s, usage %+v; want at least 500 ms of CPU and a peak", res.Status, res.Usage)
+		}
+	}
+	t.Run("run", func(t *testing.T) {
+		check(t, runBox(t, h.Backend, &box.Spec{Language: "bash", Code: []byte(busy)}))
+	})
+	t.Run("session", func(t *testing.T) {
+		s, err := h.Backend.StartSession(context.Background(), &box.SessionSpec{Language: "bash"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		res, err := s.Exec(context.Background(), &box.Call{Code: []byte(busy), Timeout: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, res)
+	})
+	h.requireNoBoxes(t)
 }
