@@ -452,7 +452,8 @@ func (s *session) Exec(ctx context.Context, call *box.Call) (*box.Result, error)
 		ExitCode:   exit,
 	}
 	after := s.stats()
-	res.Usage = box.Usage{CPUMS: (after.cpu - before.cpu).Milliseconds(), PeakMemoryBytes: after.peak}
+	// max: a box whose counters went with it (a container removed) reads as zero.
+	res.Usage = box.Usage{CPUMS: max(after.cpu-before.cpu, 0).Milliseconds(), PeakMemoryBytes: after.peak}
 	oom := after.oomKills > before.oomKills
 	switch {
 	case lost && stopFor == "":
