@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -261,34 +260,26 @@ func (b *Box) Stats() (Stats, error) {
 		return s, fmt.Errorf("stats of %s: %w", b.name, ErrDestroyed)
 	}
 	var cpu, peak, oom string
-	var cpuKey, oomKey string
-	var cpuScale int64
 	if b.version == V2 {
 		d := b.dirs[0]
-		cpu, cpuKey, cpuScale = d+"/cpu.stat", "usage_usec", 1000
-		peak = d + "/memory.peak"
-		oom, oomKey = d+"/memory.events", "oom_kill"
+		cpu, peak, oom = d+"/cpu.stat", d+"/memory.peak", d+"/memory.events"
 	} else {
 		if d := b.ctl["cpuacct"]; d != "" {
-			cpu, cpuScale = d+"/cpuacct.usage", 1
+			cpu = d + "/cpuacct.usage"
 		}
 		peak = b.ctl["memory"] + "/memory.max_usage_in_bytes"
-		oom, oomKey = b.ctl["memory"]+"/memory.oom_control", "oom_kill"
+		oom = b.ctl["memory"] + "/memory.oom_control"
 	}
 	var err error
 	if cpu != "" {
-		var v int64
-		if v, err = readStat(cpu, cpuKey); err != nil {
+		if s.CPUUsage, err = ReadCPU(cpu); err != nil {
 			return s, err
-		}
-		if v >= 0 {
-			s.CPUUsage = time.Duration(v * cpuScale)
 		}
 	}
 	if s.PeakMemoryBytes, err = readStat(peak, ""); err != nil {
 		return s, err
 	}
-	if s.OOMKills, err = readStat(oom, oomKey); err != nil {
+	if s.OOMKills, err = ReadOOMKills(oom); err != nil {
 		return s, err
 	}
 	return s, nil

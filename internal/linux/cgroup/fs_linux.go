@@ -203,12 +203,9 @@ func OwnCPU() (time.Duration, bool) {
 			return 0, false
 		}
 	}
-	if v, ok, err := readKey("/sys/fs/cgroup/cpu.stat", "usage_usec"); err == nil && ok {
-		return time.Duration(v) * time.Microsecond, true
-	}
-	for _, d := range []string{"/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup/cpu,cpuacct"} {
-		if v, err := readInt(d + "/cpuacct.usage"); err == nil {
-			return time.Duration(v), true
+	for _, f := range []string{"/sys/fs/cgroup/cpu.stat", "/sys/fs/cgroup/cpuacct/cpuacct.usage", "/sys/fs/cgroup/cpu,cpuacct/cpuacct.usage"} {
+		if d, err := ReadCPU(f); err == nil && d >= 0 {
+			return d, true
 		}
 	}
 	return 0, false

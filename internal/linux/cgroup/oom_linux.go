@@ -57,8 +57,9 @@ func UsageFiles(pid int, want string) (cpu, peak string, err error) {
 	return cpu, peak, nil
 }
 
-// ReadCPU reads the CPU time from a cpu file of UsageFiles: -1 when the kernel does
-// not count it.
+// ReadCPU reads the CPU time from a cgroup's cpu.stat (v2, usage_usec) or
+// cpuacct.usage (v1, nanoseconds), such as a cpu file of UsageFiles: -1 when the
+// file or the count is not there.
 func ReadCPU(file string) (time.Duration, error) {
 	if path.Base(file) == "cpu.stat" {
 		v, err := readStat(file, "usage_usec")
