@@ -130,6 +130,13 @@ type proc struct {
 
 	logMu     sync.Mutex
 	lastAgent string // the agent's last complaint
+
+	// The container's last CPU time and peak memory the runtime told (Usage): they
+	// stand once the container is gone.
+	usageMu  sync.Mutex
+	lastCPU  time.Duration
+	lastPeak int64
+	hasUsage bool
 }
 
 type sender struct {
@@ -498,13 +505,18 @@ func (p *proc) Placed() error { return nil }
 
 // Usage implements native.Proc: the OOM kills the runtime saw so far (once the
 // container exited, also its exit's), and the CPU time and peak memory of the whole
-// container while the runtime can tell them (else, and once it is gone, they are
-// unknown: init's account of the code stands).
+// container, the last ones the runtime told once it is gone (unknown when it never
+// could: init's account of the code stands).
 func (p *proc) Usage() (native.ProcUsage, bool) {
 	u := native.ProcUsage{OOMKills: p.c.OOMKills()}
+	p.usageMu.Lock()
 	if cpu, peak, ok := p.c.Usage(); ok {
-		u.CPU, u.PeakMemoryBytes = cpu, peak
+		p.lastCPU, p.lastPeak, p.hasUsage = cpu, peak, true
 	}
+	if p.hasUsage {
+		u.CPU, u.PeakMemoryBytes = p.lastCPU, p.lastPeak
+	}
+	p.usageMu.Unlock()
 	select {
 	case <-p.done:
 		if p.exit.OOMKilled && u.OOMKills == 0 {

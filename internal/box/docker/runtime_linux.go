@@ -131,9 +131,6 @@ type boxContainer struct {
 	usageLooked bool   // the files were looked for (once the container ran)
 	cpuFile     string // the container's CPU time, "" when not readable here
 	peakFile    string // its peak memory
-	lastCPU     time.Duration
-	lastPeak    int64
-	usageRead   bool // lastCPU and lastPeak were read
 }
 
 func (c *boxContainer) ID() string            { return short(c.id) }
@@ -202,8 +199,8 @@ func (c *boxContainer) OOMKills() int64 {
 
 // Usage implements container.Container: the container's cgroup counters, found as
 // OOMKills finds its own through the container's host pid (once; the cgroup must be
-// this host's and name the container). Once the container is gone, the last ones
-// read stand; not ok when none could be read here.
+// this host's and name the container). Not ok when they cannot be read here, or
+// once the container is gone.
 func (c *boxContainer) Usage() (time.Duration, int64, bool) {
 	c.usageMu.Lock()
 	defer c.usageMu.Unlock()
@@ -218,14 +215,15 @@ func (c *boxContainer) Usage() (time.Duration, int64, bool) {
 	if c.cpuFile == "" {
 		return 0, 0, false
 	}
-	if cpu, err := cgroup.ReadCPU(c.cpuFile); err == nil && cpu >= 0 {
-		peak, err := cgroup.ReadPeak(c.peakFile)
-		if err != nil || peak < 0 {
-			peak = 0
-		}
-		c.lastCPU, c.lastPeak, c.usageRead = cpu, peak, true
+	cpu, err := cgroup.ReadCPU(c.cpuFile)
+	if err != nil || cpu < 0 {
+		return 0, 0, false
 	}
-	return c.lastCPU, c.lastPeak, c.usageRead
+	peak, err := cgroup.ReadPeak(c.peakFile)
+	if err != nil || peak < 0 {
+		peak = 0
+	}
+	return cpu, peak, true
 }
 
 // kernelOOMKills is OOMKills from the kernel's counter, else the daemon's mark.

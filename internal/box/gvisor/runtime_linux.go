@@ -205,11 +205,6 @@ type sandbox struct {
 	proc   *os.Process
 	exited chan struct{} // closed once runsc exited
 	state  *os.ProcessState
-
-	usageMu   sync.Mutex
-	lastCPU   time.Duration // the last usage read (Usage)
-	lastPeak  int64
-	usageRead bool
 }
 
 func (s *sandbox) logFile() string { return filepath.Join(s.dir, "runsc.log") }
@@ -367,18 +362,16 @@ func (s *sandbox) cleanup() {
 }
 
 // Usage implements container.Container: the cgroup's counters (the sandbox's:
-// gVisor's kernel and the code together). Once the cgroup is gone, the last ones
-// read stand.
+// gVisor's kernel and the code together); not ok once the cgroup is gone.
 func (s *sandbox) Usage() (time.Duration, int64, bool) {
 	if s.cg == nil {
 		return 0, 0, false
 	}
-	s.usageMu.Lock()
-	defer s.usageMu.Unlock()
-	if st, err := s.cg.Stats(); err == nil && st.CPUUsage >= 0 {
-		s.lastCPU, s.lastPeak, s.usageRead = st.CPUUsage, max(st.PeakMemoryBytes, 0), true
+	st, err := s.cg.Stats()
+	if err != nil || st.CPUUsage < 0 {
+		return 0, 0, false
 	}
-	return s.lastCPU, s.lastPeak, s.usageRead
+	return st.CPUUsage, max(st.PeakMemoryBytes, 0), true
 }
 
 // OOMKills implements container.Container: the cgroup's count.
