@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -157,8 +158,25 @@ func runExec() int {
 	if err := unix.CloseRange(first, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fail(os.NewSyscallError("close_range", err))
 	}
+	// execve's arguments are made before the rlimits: without cgroups RLIMIT_AS
+	// bounds memory, and once it is set the Go heap may not grow (a span for them
+	// made after it failed now and then: "fatal error: runtime: out of memory").
+	path, err := syscall.BytePtrFromString(es.Argv[0])
+	if err != nil {
+		return fail(err)
+	}
+	argv, err := syscall.SlicePtrFromStrings(es.Argv)
+	if err != nil {
+		return fail(err)
+	}
+	envv, err := syscall.SlicePtrFromStrings(es.Env)
+	if err != nil {
+		return fail(err)
+	}
 	if err := setCodeRlimits(0, es.Pids, es.AddressSpace); err != nil {
 		return fail(err)
 	}
-	return fail(unix.Exec(es.Argv[0], es.Argv, es.Env))
+	_, _, errno := unix.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(path)),
+		uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envv[0])))
+	return fail(os.NewSyscallError("execve", errno))
 }
