@@ -16,9 +16,10 @@
 //
 //	parent                                   init (PID 1, new namespaces)
 //	------                                   ----------------------------
-//	cgroup.New (v2: CLONE_INTO_CGROUP)
+//	cgroup.New
 //	clone+exec /proc/self/fd/4 ---------->   starts; blocks reading fd 3
-//	v1: cgroup.AddProc(init)
+//	  (born in the box's cgroup: v2 CLONE_INTO_CGROUP, v1 from a thread
+//	  that entered it, cgroup.EnterThread)
 //	spec frame (code, limits, files) --->    reads spec: now inside the box cgroup
 //	                                         mounts root, pivot_root, hostname, lo up
 //	                                         unshare(CLONE_NEWCGROUP)

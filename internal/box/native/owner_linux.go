@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -60,26 +59,12 @@ func ownerFor(pid int, seq uint32) int {
 	return OwnerUIDBase + pidPart + seqPart
 }
 
-// startOwned starts cmd, whose SysProcAttr makes a new user namespace, from a thread
-// whose effective uid is owner while it creates the namespace, so that owner, not
-// host root, owns the namespace. The calling process must be root (with CAP_SETPCAP
-// and CAP_SETUID). The thread is restored before it is given back to the Go runtime;
-// a thread that could not be restored is never given back (it ends with its goroutine).
-func startOwned(cmd *exec.Cmd, owner int) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		err, restored := startAs(cmd, owner)
-		if restored {
-			runtime.UnlockOSThread()
-		}
-		errc <- err
-	}()
-	return <-errc
-}
-
-// startAs runs cmd.Start on the locked thread with effective uid owner; restored
-// says whether the thread is root again with its securebits and dumpability as before.
+// startAs runs cmd.Start, whose SysProcAttr makes a new user namespace, on the
+// calling locked thread with effective uid owner while it creates the namespace, so
+// that owner, not host root, owns the namespace (startThread). The calling process
+// must be root (with CAP_SETPCAP and CAP_SETUID). restored says whether the thread is
+// root again with its securebits and dumpability as before; a thread that is not must
+// never be given back to the Go runtime.
 func startAs(cmd *exec.Cmd, owner int) (err error, restored bool) {
 	bits, err := unix.PrctlRetInt(unix.PR_GET_SECUREBITS, 0, 0, 0, 0)
 	if err != nil {
@@ -114,7 +99,7 @@ func startAs(cmd *exec.Cmd, owner int) (err error, restored bool) {
 }
 
 // clearSecurebits is a native init's first step once it has its spec: it drops the securebit the namespace's
-// creator held (startOwned), so that changing uid drops capabilities as it normally
+// creator held (startAs), so that changing uid drops capabilities as it normally
 // does. Other bits are the runtime's (a container's may be locked) and stay.
 func clearSecurebits() error {
 	bits, err := unix.PrctlRetInt(unix.PR_GET_SECUREBITS, 0, 0, 0, 0)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -105,6 +106,7 @@ type nsProc struct {
 	cmd      *os.Process
 	wait     func() error
 	cg       *cgroup.Box // nil without cgroups
+	entered  bool        // init was born in cg (v1: startThread)
 	rootless bool
 	warnings []string
 	exe      *os.File
@@ -154,15 +156,63 @@ func (st nsStarter) Start(req *StartRequest) (_ Proc, err error) {
 			cmd.SysProcAttr.CgroupFD = fd
 		}
 	}
-	start := cmd.Start
+	owner := 0
 	if !st.rootless {
-		start = func() error { return startOwned(cmd, nextOwner()) }
+		owner = nextOwner()
 	}
-	if err := start(); err != nil {
+	if p.entered, err = startThread(cmd, p.cg, owner); err != nil {
 		return nil, startError(err, st.rootless)
 	}
 	p.cmd, p.wait = cmd.Process, cmd.Wait
 	return p, nil
+}
+
+// startThread starts cmd from a locked thread of its own: in the box's cgroup when
+// cg is a v1 box (cgroup.EnterThread; init is born there, where moving it in after
+// the fork would cost it an RCU grace period, ~9 ms), and with effective uid owner
+// when owner is not 0 (startAs). entered says init was born in the box. The thread
+// goes back to the Go runtime only once it is moat's own again (out of the box, root);
+// otherwise it ends with its goroutine.
+func startThread(cmd *exec.Cmd, cg *cgroup.Box, owner int) (entered bool, err error) {
+	type outcome struct {
+		entered bool
+		err     error
+	}
+	c := make(chan outcome, 1)
+	go func() {
+		runtime.LockOSThread()
+		var o outcome
+		clean := false
+		o.entered, clean, o.err = startOnThread(cmd, cg, owner)
+		if clean {
+			runtime.UnlockOSThread()
+		}
+		c <- o
+	}()
+	o := <-c
+	return o.entered, o.err
+}
+
+// startOnThread is startThread's work on its locked thread; clean says the thread is
+// as it was.
+func startOnThread(cmd *exec.Cmd, cg *cgroup.Box, owner int) (entered, clean bool, err error) {
+	var leave func() error
+	if cg != nil && cg.Version() == cgroup.V1 {
+		if leave, err = cg.EnterThread(); err != nil {
+			return false, false, fmt.Errorf("start init in the box's cgroup: %w", err)
+		}
+	}
+	if owner != 0 {
+		err, clean = startAs(cmd, owner)
+	} else {
+		err, clean = cmd.Start(), true
+	}
+	if leave != nil {
+		if lerr := leave(); lerr != nil {
+			return err == nil, false, errors.Join(err, fmt.Errorf("leave the box's cgroup: %w", lerr))
+		}
+	}
+	return leave != nil && err == nil, clean, err
 }
 
 func (p *nsProc) Wait() error { return p.wait() }
@@ -182,8 +232,8 @@ func (p *nsProc) Placed() error {
 	if p.cg == nil {
 		return nil
 	}
-	if _, ok := p.cg.FD(); ok {
-		return nil // placed at clone time
+	if _, ok := p.cg.FD(); ok || p.entered {
+		return nil // born in the box
 	}
 	return p.cg.AddProc(p.cmd.Pid)
 }

@@ -61,6 +61,8 @@ SYSCALLS = {
 }
 
 MAX_FRAME = 4 << 20
+# The most v1 tasks files a go frame brings (one per hierarchy of a box).
+_MAX_TASK_FILES = 16
 _laps = []
 CHUNK_BIT = 1 << 31
 
@@ -344,10 +346,12 @@ def _install_seccomp(blob):
 
 
 def _await_go(sock):
-    """Reads the server's go frame and the Landlock ruleset fd with it; returns
-    (fd, abi) or None when the kernel has no Landlock."""
+    """Reads the server's go frame and the fds with it: the Landlock ruleset, then on
+    cgroup v1 the box's tasks files, to which J writes "0": it moves itself into the
+    box's cgroup (the server's AddProc would cost each box an RCU grace period).
+    Returns (fd, abi), or None when the kernel has no Landlock."""
     try:
-        data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 1)
+        data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 1 + _MAX_TASK_FILES)
         while len(data) < 4 or len(data) < 4 + struct.unpack_from('>I', data)[0]:
             more = sock.recv(1 << 16)
             if not more:
@@ -358,14 +362,26 @@ def _await_go(sock):
     except (OSError, ValueError, struct.error) as e:
         raise Failed('await-go', 'read the go frame: %s' % e)
     if not msg.get('go'):
+        for fd in fds:
+            os.close(fd)
         raise Failed('await-go', 'the server aborted the box')
     abi = msg.get('landlock_abi', 0)
+    ntasks = msg.get('tasks', 0)
+    if len(fds) != (1 if abi else 0) + ntasks:
+        for fd in fds:
+            os.close(fd)
+        raise Failed('await-go', 'the go frame came with %d fds' % len(fds))
+    # These carry the server's credentials (they could move any process into the
+    # box): closed here, long before any code runs.
+    for fd in fds[len(fds) - ntasks:]:
+        try:
+            os.write(fd, b'0')
+        except OSError as e:
+            raise Failed('await-go', 'enter the box\'s cgroup: %s' % e, e.errno or 0)
+        finally:
+            os.close(fd)
     if abi:
-        if len(fds) != 1:
-            raise Failed('await-go', 'no Landlock ruleset with the go frame')
         return fds[0], abi
-    for fd in fds:
-        os.close(fd)
     return None
 
 

@@ -47,8 +47,9 @@ import (
 //	                         IPC, UTS namespaces; fresh /tmp, /workspace, /dev/shm,
 //	                         /proc (masked as init masks it); lo up
 //	hello (SCM_CREDENTIALS) <-- J
-//	cgroup.New, AddProc(J); a Landlock ruleset built on J's root (/proc/J/root)
-//	go + ruleset fd  --->  J: cgroup namespace; rlimits; uid/gid 65534, then a
+//	cgroup.New (v2: AddProc(J)); a Landlock ruleset built on J's root (/proc/J/root)
+//	go + ruleset fd  --->  J: (v1: J moves itself into the cgroup through the
+//	  (+ v1 tasks fds)       tasks files sent); cgroup namespace; rlimits; uid/gid 65534, then a
 //	                         user namespace of its own; no capabilities, bounding
 //	                         set empty, not dumpable, no_new_privs, Landlock,
 //	                         seccomp (the filter a cold box loads)
@@ -151,6 +152,9 @@ type zygoteReq struct {
 type zygoteGo struct {
 	Go          bool `json:"go"`
 	LandlockABI int  `json:"landlock_abi"`
+	// Tasks counts the box's v1 tasks files sent with the frame, after the Landlock
+	// ruleset: J writes "0" to each, which moves it into the box's cgroup.
+	Tasks int `json:"tasks,omitempty"`
 }
 
 // errZygoteUnusable: this spec's boxes cannot come from a zygote here; they are made
@@ -724,7 +728,16 @@ func (zb *zygoteBox) greet(bp *boxProc) error {
 		return fmt.Errorf("create the box's cgroup: %w", err)
 	}
 	zb.cg = cg
-	if err := cg.AddProc(pid); err != nil {
+	// On v1, J moves itself in, through the box's tasks files it gets with the go
+	// frame: a process that moves itself costs no RCU grace period, where AddProc
+	// costs one (~9 ms) for every box (cgroup.EnterThread).
+	var tasks []*os.File
+	if cg.Version() == cgroup.V1 {
+		if tasks, err = cg.TaskFiles(); err != nil {
+			return fmt.Errorf("open the box's cgroup: %w", err)
+		}
+		defer closeFiles(tasks)
+	} else if err := cg.AddProc(pid); err != nil {
 		return err
 	}
 	root, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -747,7 +760,20 @@ func (zb *zygoteBox) greet(bp *boxProc) error {
 	if rules >= 0 {
 		defer unix.Close(rules)
 	}
-	return sendGo(bp.sock, zygoteGo{Go: true, LandlockABI: abi}, rules)
+	fds := make([]int, 0, 1+len(tasks))
+	if rules >= 0 {
+		fds = append(fds, rules)
+	}
+	for _, f := range tasks {
+		fds = append(fds, int(f.Fd()))
+	}
+	return sendGo(bp.sock, zygoteGo{Go: true, LandlockABI: abi, Tasks: len(tasks)}, fds)
+}
+
+func closeFiles(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }
 
 // readHello reads a box's first frame and the pid the kernel attached to it.
@@ -804,8 +830,9 @@ func readHello(sock *os.File) (initMsg, int, error) {
 	return m, 0, errors.New("a box from the zygote sent no credentials")
 }
 
-// sendGo writes the go frame, with the Landlock ruleset fd when there is one.
-func sendGo(sock *os.File, g zygoteGo, rules int) error {
+// sendGo writes the go frame with fds: the Landlock ruleset when there is one, then
+// the box's tasks files (zygoteGo.Tasks).
+func sendGo(sock *os.File, g zygoteGo, fds []int) error {
 	body, err := json.Marshal(g)
 	if err != nil {
 		return err
@@ -813,8 +840,8 @@ func sendGo(sock *os.File, g zygoteGo, rules int) error {
 	frame := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
 	frame = append(frame, body...)
 	var oob []byte
-	if rules >= 0 {
-		oob = unix.UnixRights(rules)
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
 	}
 	rc, err := sock.SyscallConn()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -236,6 +237,81 @@ func (b *Box) AddProc(pid int) error {
 		}
 	}
 	return nil
+}
+
+// EnterThread moves the calling thread, and only it, into the box on v1, and
+// returns leave, which moves it back to the cgroup the box was made under (moat's
+// own). A process the thread forks in between is born in the box, with no window in
+// which it runs outside: v1's answer to v2's CLONE_INTO_CGROUP (see FD).
+//
+// It is also what makes a v1 box quick to start. AddProc moves another process,
+// for which the kernel takes its global threadgroup lock, whose write side waits for
+// an RCU grace period: about 9 ms per box on a 250 Hz kernel, however little else
+// the host does. A thread that moves itself (it writes "0" to a hierarchy's tasks
+// file) needs no such lock.
+//
+// The caller must have locked its goroutine to its thread (runtime.LockOSThread)
+// before EnterThread, and keep it locked until leave returns nil. If EnterThread or
+// leave fails, the thread may be left in the box: the caller must not unlock it, so
+// that Go ends the thread with its goroutine. On v2, and after Destroy, EnterThread
+// fails and moves nothing.
+func (b *Box) EnterThread() (leave func() error, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.destroyed {
+		return nil, fmt.Errorf("enter %s: %w", b.name, ErrDestroyed)
+	}
+	if b.version != V1 {
+		return nil, fmt.Errorf("enter %s: a thread of its own is v1 only (on v2, start the child with FD): %w", b.name, errors.ErrUnsupported)
+	}
+	leave = func() error {
+		for _, d := range b.dirs {
+			// d is <moat's own cgroup>/moat/<name> (layout).
+			if err := b.ops.writeFile(path.Dir(path.Dir(d))+"/tasks", "0"); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, d := range b.dirs {
+		if err := b.ops.writeFile(d+"/tasks", "0"); err != nil {
+			if lerr := leave(); lerr != nil {
+				return nil, errors.Join(err, lerr)
+			}
+			return nil, err
+		}
+	}
+	return leave, nil
+}
+
+// TaskFiles opens, on v1, the tasks file of every directory of the box for writing,
+// for a process of ours that moves itself in: writing "0" to each moves the writing
+// thread (the whole process, if it has one thread) without AddProc's grace period
+// (see EnterThread). The files carry our credentials: whoever holds them can move
+// any process into the box, so they must go only to code we trust, which closes
+// them before anything untrusted runs. The caller closes its own copies. On v2, and
+// after Destroy, TaskFiles fails.
+func (b *Box) TaskFiles() ([]*os.File, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.destroyed {
+		return nil, fmt.Errorf("open the tasks of %s: %w", b.name, ErrDestroyed)
+	}
+	if b.version != V1 {
+		return nil, fmt.Errorf("open the tasks of %s: v1 only (on v2, start the child with FD): %w", b.name, errors.ErrUnsupported)
+	}
+	files := make([]*os.File, 0, len(b.dirs))
+	for _, d := range b.dirs {
+		f, err := os.OpenFile(d+"/tasks", os.O_WRONLY, 0)
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	return files, nil
 }
 
 // FD returns, on v2, an O_PATH|O_DIRECTORY descriptor of the box's

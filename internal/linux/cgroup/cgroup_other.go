@@ -36,6 +36,12 @@ func (b *Box) Controllers() []string { return nil }
 // AddProc returns ErrUnavailable.
 func (b *Box) AddProc(pid int) error { return ErrUnavailable }
 
+// EnterThread returns ErrUnavailable.
+func (b *Box) EnterThread() (func() error, error) { return nil, ErrUnavailable }
+
+// TaskFiles returns ErrUnavailable.
+func (b *Box) TaskFiles() ([]*os.File, error) { return nil, ErrUnavailable }
+
 // FD returns false.
 func (b *Box) FD() (int, bool) { return -1, false }
 

@@ -16,8 +16,11 @@
 //	if fd, ok := b.FD(); ok { // v2: the child starts inside the box
 //		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
 //	}
-//	// start cmd; on v1 call b.AddProc(cmd.Process.Pid) before letting
-//	// the child run untrusted code (e.g. it blocks on a sync pipe).
+//	// On v1, start cmd from a locked thread that has entered the box
+//	// (b.EnterThread, then leave()), so that the child is born inside;
+//	// or start it anywhere and call b.AddProc(cmd.Process.Pid) before
+//	// letting it run untrusted code (e.g. it blocks on a sync pipe),
+//	// which costs an RCU grace period (several ms) per call.
 //	...
 //	st, err := b.Stats() // before Destroy
 //

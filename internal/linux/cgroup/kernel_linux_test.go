@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -548,4 +549,108 @@ func TestKernelKillExcept(t *testing.T) {
 	if err != nil || len(pids) != 1 || pids[0] != spared.Process.Pid {
 		t.Errorf("box holds %v (%v), want only the spared %d", pids, err, spared.Process.Pid)
 	}
+}
+
+// TestKernelEnterThread: a thread that enters a v1 box forks children into it and
+// leaves it again, while the rest of the process never belongs to the box; the box
+// lists the child alone, and keeps it when the thread has left.
+func TestKernelEnterThread(t *testing.T) {
+	requireKernel(t)
+	b := newKernelBox(t, Limits{MemoryBytes: 64 << 20, Pids: 16})
+	type outcome struct {
+		inBox, after string
+		child        *exec.Cmd
+		err          error
+	}
+	c := make(chan outcome, 1)
+	go func() {
+		runtime.LockOSThread()
+		var o outcome
+		defer func() { c <- o }()
+		leave, err := b.EnterThread()
+		if b.Version() != V1 {
+			if !errors.Is(err, errors.ErrUnsupported) {
+				o.err = fmt.Errorf("EnterThread on %v = %v, want ErrUnsupported", b.Version(), err)
+			}
+			runtime.UnlockOSThread()
+			return
+		}
+		if err != nil {
+			o.err = fmt.Errorf("EnterThread: %w", err)
+			return // the thread may be in the box: it ends with the goroutine
+		}
+		o.inBox = readThreadCgroup()
+		o.child = exec.Command("/bin/sleep", "30")
+		startErr := o.child.Start()
+		if err := leave(); err != nil {
+			o.err = fmt.Errorf("leave: %w", err)
+			return
+		}
+		o.after = readThreadCgroup()
+		runtime.UnlockOSThread()
+		o.err = startErr
+	}()
+	o := <-c
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if b.Version() != V1 {
+		return
+	}
+	t.Cleanup(func() {
+		_ = o.child.Process.Kill()
+		_ = o.child.Wait()
+	})
+	for _, c := range []string{"memory", "pids"} {
+		if !strings.Contains(cgroupLine(o.inBox, c), b.name) {
+			t.Errorf("entered thread's %s cgroup: %q, want the box %s", c, cgroupLine(o.inBox, c), b.name)
+		}
+		if strings.Contains(cgroupLine(o.after, c), b.name) {
+			t.Errorf("thread after leave still in the box: %q", cgroupLine(o.after, c))
+		}
+		self, err := os.ReadFile("/proc/self/cgroup")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(cgroupLine(string(self), c), b.name) {
+			t.Errorf("the process's main thread is in the box: %q", cgroupLine(string(self), c))
+		}
+		child, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", o.child.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(cgroupLine(string(child), c), b.name) {
+			t.Errorf("child's %s cgroup: %q, want the box", c, cgroupLine(string(child), c))
+		}
+	}
+	pids, err := b.procs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(pids, []int{o.child.Process.Pid}) {
+		t.Errorf("box lists %v, want only the child %d", pids, o.child.Process.Pid)
+	}
+	if err := b.Destroy(); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	if err := o.child.Wait(); err == nil {
+		t.Error("the child survived Destroy")
+	}
+}
+
+// readThreadCgroup is /proc/thread-self/cgroup.
+func readThreadCgroup() string {
+	b, _ := os.ReadFile("/proc/thread-self/cgroup")
+	return string(b)
+}
+
+// cgroupLine is the line of a /proc/<pid>/cgroup text for the v1 controller c.
+func cgroupLine(text, c string) string {
+	for _, l := range strings.Split(text, "\n") {
+		parts := strings.SplitN(l, ":", 3)
+		if len(parts) == 3 && slices.Contains(strings.Split(parts[1], ","), c) {
+			return l
+		}
+	}
+	return ""
 }

@@ -137,6 +137,13 @@ func (b *Box) killLoop(deadline time.Time, targets func() ([]int, error)) error 
 		if err != nil || len(pids) == 0 {
 			return err
 		}
+		if slices.Contains(pids, os.Getpid()) {
+			// A thread of this process is in the box: an EnterThread whose
+			// thread could not leave, and has not ended yet. Freezing the box
+			// would freeze it, and a signal would kill us; a later try finds it
+			// gone.
+			return fmt.Errorf("kill %s: a thread of this process is in it: %w", b.name, ErrNotEmpty)
+		}
 		b.freeze()
 		if pids, err = targets(); err == nil {
 			err = signalAll(pids, targets)
