@@ -249,7 +249,8 @@ func (s *sandbox) start(ctx context.Context) error {
 		// sandbox running); the Sentry runs attached to runsc run and dies with it.
 		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	}
-	if err := cmd.Start(); err != nil {
+	born, err := native.StartInCgroup(cmd, s.cg)
+	if err != nil {
 		return fmt.Errorf("start runsc: %w", err)
 	}
 	s.proc = cmd.Process
@@ -258,8 +259,10 @@ func (s *sandbox) start(ctx context.Context) error {
 		s.state = cmd.ProcessState
 		close(s.exited)
 	}()
-	if err := s.cg.AddProc(cmd.Process.Pid); err != nil {
-		return fmt.Errorf("move runsc into the box's cgroup: %w", err)
+	if !born {
+		if err := s.cg.AddProc(cmd.Process.Pid); err != nil {
+			return fmt.Errorf("move runsc into the box's cgroup: %w", err)
+		}
 	}
 	if _, err := goW.Write([]byte{1}); err != nil {
 		return fmt.Errorf("start runsc: %w", err)

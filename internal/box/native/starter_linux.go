@@ -106,7 +106,7 @@ type nsProc struct {
 	cmd      *os.Process
 	wait     func() error
 	cg       *cgroup.Box // nil without cgroups
-	entered  bool        // init was born in cg (v1: startThread)
+	born     bool        // init was born in cg (startThread)
 	rootless bool
 	warnings []string
 	exe      *os.File
@@ -150,30 +150,47 @@ func (st nsStarter) Start(req *StartRequest) (_ Proc, err error) {
 		ExtraFiles:  extra,
 		SysProcAttr: initAttr(st.rootless),
 	}
-	if p.cg != nil {
-		if fd, ok := p.cg.FD(); ok {
-			cmd.SysProcAttr.UseCgroupFD = true
-			cmd.SysProcAttr.CgroupFD = fd
-		}
-	}
 	owner := 0
 	if !st.rootless {
 		owner = nextOwner()
 	}
-	if p.entered, err = startThread(cmd, p.cg, owner); err != nil {
+	if p.born, err = startThread(cmd, p.cg, owner); err != nil {
 		return nil, startError(err, st.rootless)
 	}
 	p.cmd, p.wait = cmd.Process, cmd.Wait
 	return p, nil
 }
 
-// startThread starts cmd from a locked thread of its own: in the box's cgroup when
-// cg is a v1 box (cgroup.EnterThread; init is born there, where moving it in after
-// the fork would cost it an RCU grace period, ~9 ms), and with effective uid owner
-// when owner is not 0 (startAs). entered says init was born in the box. The thread
-// goes back to the Go runtime only once it is moat's own again (out of the box, root);
-// otherwise it ends with its goroutine.
-func startThread(cmd *exec.Cmd, cg *cgroup.Box, owner int) (entered bool, err error) {
+// StartInCgroup starts cmd so that its process is born in the cgroup cg (nil: none),
+// and says whether it was: on v2 with CLONE_INTO_CGROUP, on v1 from a thread that
+// entered cg (cgroup.EnterThread). A process born outside (no cgroup, or a failed
+// start) must be moved in with cg.AddProc before it runs untrusted code.
+func StartInCgroup(cmd *exec.Cmd, cg *cgroup.Box) (born bool, err error) {
+	return startThread(cmd, cg, 0)
+}
+
+// startThread is StartInCgroup with, when owner is not 0, effective uid owner while
+// the child's user namespace is made (startAs). It starts cmd from a locked thread of
+// its own (on v1 it would otherwise pay an RCU grace period, ~9 ms, in AddProc). The
+// thread goes back to the Go runtime only once it is moat's own again (out of the
+// cgroup, root); otherwise it ends with its goroutine.
+func startThread(cmd *exec.Cmd, cg *cgroup.Box, owner int) (born bool, err error) {
+	viaFD := false
+	if cg != nil {
+		if fd, ok := cg.FD(); ok {
+			if cmd.SysProcAttr == nil {
+				cmd.SysProcAttr = &syscall.SysProcAttr{}
+			}
+			cmd.SysProcAttr.UseCgroupFD = true
+			cmd.SysProcAttr.CgroupFD = fd
+			viaFD = true
+		}
+	}
+	v1 := cg != nil && cg.Version() == cgroup.V1
+	if !v1 && owner == 0 {
+		err = cmd.Start()
+		return viaFD && err == nil, err
+	}
 	type outcome struct {
 		entered bool
 		err     error
@@ -190,7 +207,7 @@ func startThread(cmd *exec.Cmd, cg *cgroup.Box, owner int) (entered bool, err er
 		c <- o
 	}()
 	o := <-c
-	return o.entered, o.err
+	return (o.entered || viaFD) && o.err == nil, o.err
 }
 
 // startOnThread is startThread's work on its locked thread; clean says the thread is
@@ -199,7 +216,7 @@ func startOnThread(cmd *exec.Cmd, cg *cgroup.Box, owner int) (entered, clean boo
 	var leave func() error
 	if cg != nil && cg.Version() == cgroup.V1 {
 		if leave, err = cg.EnterThread(); err != nil {
-			return false, false, fmt.Errorf("start init in the box's cgroup: %w", err)
+			return false, false, fmt.Errorf("start %s in the box's cgroup: %w", cmd.Path, err)
 		}
 	}
 	if owner != 0 {
@@ -209,7 +226,11 @@ func startOnThread(cmd *exec.Cmd, cg *cgroup.Box, owner int) (entered, clean boo
 	}
 	if leave != nil {
 		if lerr := leave(); lerr != nil {
-			return err == nil, false, errors.Join(err, fmt.Errorf("leave the box's cgroup: %w", lerr))
+			if err == nil { // a process nobody would wait for: end it here
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+			}
+			return false, false, errors.Join(err, fmt.Errorf("leave the box's cgroup: %w", lerr))
 		}
 	}
 	return leave != nil && err == nil, clean, err
@@ -232,8 +253,8 @@ func (p *nsProc) Placed() error {
 	if p.cg == nil {
 		return nil
 	}
-	if _, ok := p.cg.FD(); ok || p.entered {
-		return nil // born in the box
+	if p.born {
+		return nil
 	}
 	return p.cg.AddProc(p.cmd.Pid)
 }
