@@ -44,8 +44,19 @@ var version = "dev"
 
 func main() {
 	childproc.Dispatch() // a re-executed box init never reaches the CLI
+	if len(os.Args) > 1 && os.Args[1] == "run" && os.Getenv("GOMEMLIMIT") == "" {
+		// A one-shot run holds little (its box's output is capped), but a box that
+		// floods its output makes garbage as fast as moat can read: without a limit
+		// the heap's growth took moat past 30 MiB of RSS (issue #2's bound; 25 MiB
+		// with it). A soft limit, far above a normal run's heap (3-4 MiB), so that
+		// runs that stay under it collect no more often than before.
+		debug.SetMemoryLimit(runMemoryLimit)
+	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
+
+// runMemoryLimit is moat run's soft limit on the memory the Go runtime holds.
+const runMemoryLimit = 12 << 20
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
