@@ -4,6 +4,7 @@ package cgroup
 
 import (
 	"fmt"
+	"os"
 	"time"
 )
 

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package contracttest holds the tests every backend built on package box/container
 // passes (docker under runc and runsc, gvisor): the native backend's contract, run on
 // the backend's own boxes, with host-side checks that no box is left.
