@@ -258,11 +258,8 @@ func (b *Box) AddProc(pid int) error {
 func (b *Box) EnterThread() (leave func() error, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.destroyed {
-		return nil, fmt.Errorf("enter %s: %w", b.name, ErrDestroyed)
-	}
-	if b.version != V1 {
-		return nil, fmt.Errorf("enter %s: a thread of its own is v1 only (on v2, start the child with FD): %w", b.name, errors.ErrUnsupported)
+	if err := b.liveV1("enter"); err != nil {
+		return nil, err
 	}
 	leave = func() error {
 		for _, d := range b.dirs {
@@ -294,11 +291,8 @@ func (b *Box) EnterThread() (leave func() error, err error) {
 func (b *Box) TaskFiles() ([]*os.File, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.destroyed {
-		return nil, fmt.Errorf("open the tasks of %s: %w", b.name, ErrDestroyed)
-	}
-	if b.version != V1 {
-		return nil, fmt.Errorf("open the tasks of %s: v1 only (on v2, start the child with FD): %w", b.name, errors.ErrUnsupported)
+	if err := b.liveV1("open the tasks of"); err != nil {
+		return nil, err
 	}
 	files := make([]*os.File, 0, len(b.dirs))
 	for _, d := range b.dirs {
@@ -312,6 +306,19 @@ func (b *Box) TaskFiles() ([]*os.File, error) {
 		files = append(files, f)
 	}
 	return files, nil
+}
+
+// liveV1 says why what (EnterThread, TaskFiles) cannot be done with b, with b.mu
+// held: b is destroyed, or not v1, where a process of ours moves itself in through
+// the tasks files; on v2 a child is started in the box with FD.
+func (b *Box) liveV1(what string) error {
+	if b.destroyed {
+		return fmt.Errorf("%s %s: %w", what, b.name, ErrDestroyed)
+	}
+	if b.version != V1 {
+		return fmt.Errorf("%s %s: v1 only (on v2, start the child with FD): %w", what, b.name, errors.ErrUnsupported)
+	}
+	return nil
 }
 
 // FD returns, on v2, an O_PATH|O_DIRECTORY descriptor of the box's
