@@ -556,6 +556,25 @@ print("done")`, status: ok,
 					t.Fatalf("moat printed %d bytes for a result of 64 KiB and 5 bytes of output", len(o.stdout))
 				}
 			}},
+		// The box's cgroup files reach its init (a cold box's is born in the cgroup)
+		// or a pooled box's PID 1 (J moves itself in through tasks files the server
+		// opens): none of them may reach the code, which could use moat's credentials
+		// on them.
+		{name: "no cgroup files among the code's fds", lang: "python", code: `
+import os
+for name in sorted(os.listdir("/proc/self/fd"), key=int):
+    try:
+        target = os.readlink("/proc/self/fd/" + name)
+    except OSError:
+        continue
+    if "cgroup" in target or target.endswith(("/tasks", "/cgroup.procs")):
+        print("HELD", name, target)
+print("checked")`, status: ok,
+			check: func(t *testing.T, f *fixtures, o runOut) {
+				if !strings.Contains(o.res.Stdout, "checked") || strings.Contains(o.res.Stdout, "HELD") {
+					t.Fatalf("the code holds cgroup files: %q", o.res.Stdout)
+				}
+			}},
 		{name: "infinite loop", lang: "python", args: []string{"--timeout", "1s"}, code: `while True: pass`, status: []box.Status{box.StatusTimeout},
 			check: func(t *testing.T, f *fixtures, o runOut) {
 				if o.res.DurationMS < 900 || o.res.DurationMS > 5000 {
