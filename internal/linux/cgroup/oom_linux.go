@@ -18,15 +18,25 @@ import (
 // container's ID), so that a pid that names another process here (a daemon on
 // another host) is refused rather than counted.
 func OOMKillFile(pid int, want string) (string, error) {
-	self, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	mountinfo, procCgroup, err := cgroupTexts(pid)
 	if err != nil {
 		return "", err
 	}
-	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	return oomKillFileFrom(mountinfo, procCgroup, want)
+}
+
+// cgroupTexts reads what controlFileFrom looks in: this process's
+// /proc/self/mountinfo and /proc/PID/cgroup.
+func cgroupTexts(pid int) (mountinfo, procCgroup string, err error) {
+	c, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	return oomKillFileFrom(string(mountinfo), string(self), want)
+	m, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", "", err
+	}
+	return string(m), string(c), nil
 }
 
 // oomKillFileFrom is OOMKillFile on the texts of /proc/self/mountinfo and
@@ -40,18 +50,14 @@ func oomKillFileFrom(mountinfo, procCgroup, want string) (string, error) {
 // cpuacct.usage and memory.max_usage_in_bytes on v1, cpu.stat and memory.peak on v2
 // (which Linux 5.19 added). Read them with ReadCPU and ReadPeak.
 func UsageFiles(pid int, want string) (cpu, peak string, err error) {
-	self, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	mountinfo, procCgroup, err := cgroupTexts(pid)
 	if err != nil {
 		return "", "", err
 	}
-	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
+	if cpu, err = controlFileFrom(mountinfo, procCgroup, want, "cpuacct", "cpuacct.usage", "cpu.stat"); err != nil {
 		return "", "", err
 	}
-	if cpu, err = controlFileFrom(string(mountinfo), string(self), want, "cpuacct", "cpuacct.usage", "cpu.stat"); err != nil {
-		return "", "", err
-	}
-	if peak, err = controlFileFrom(string(mountinfo), string(self), want, "memory", "memory.max_usage_in_bytes", "memory.peak"); err != nil {
+	if peak, err = controlFileFrom(mountinfo, procCgroup, want, "memory", "memory.max_usage_in_bytes", "memory.peak"); err != nil {
 		return "", "", err
 	}
 	return cpu, peak, nil
