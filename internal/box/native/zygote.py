@@ -1,8 +1,9 @@
 """moat's zygote: a preloaded Python interpreter forked into fresh boxes.
 
 The policy runner (runner.py --zygote) imports the profile's modules, then calls
-serve(). serve() returns only in a box's interpreter, once that box is made and
-confined; the runner then serves the box's session as in a box made cold. The
+serve(session). In a box's interpreter, once that box is made and confined, serve
+calls session(), which serves the box's session as in a box made cold, and returns
+what it returns. The
 design and the security argument are in zygote_linux.go; this file carries them
 out. Every number, list and filter comes from the server (/.moat/zygote.json and
 each fork request): nothing here decides what a box may do.
@@ -20,6 +21,7 @@ Processes:
     L  the interpreter, forked by J: it inherits all of J's confinement.
 """
 
+import _signal
 import ctypes
 import fcntl
 import json
@@ -27,7 +29,6 @@ import os
 import platform
 import resource
 import select
-import signal
 import socket
 import struct
 import sys
@@ -101,9 +102,9 @@ def _check(ret, step, what):
 
 
 def _mount(step, src, dst, fstype, flags, data=None):
-    enc = lambda s: None if s is None else s.encode()
-    _check(_libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)), step,
-           'mount %s on %s' % (src or fstype, dst))
+    """mount(2); the arguments are bytes (or None)."""
+    if _libc.mount(src, dst, fstype, flags, data) < 0:
+        _check(-1, step, 'mount %s on %s' % ((src or fstype).decode(), dst.decode()))
 
 
 _NR = SYSCALLS.get(platform.machine(), {})
@@ -114,13 +115,16 @@ def _syscall(name, *args):
     return _libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
 
 
-def serve():
+def serve(session):
     """The zygote's loop: one box per request on fd 3 (a SOCK_SEQPACKET socket; a
-    request is a JSON object and five fds). Returns only in a box's interpreter."""
+    request is a JSON object and five fds). Returns only in a box's interpreter, what
+    session() returned there. The interpreter calls session() from the frame that
+    forked it rather than return to the runner: returning would free what the frames
+    below hold (the config, the request), each freed object a page copied."""
     with open(CONFIG, 'rb') as fh:
-        cfg = json.loads(fh.read())
+        cfg = _prepare(json.loads(fh.read()))
     ctl = socket.socket(fileno=3)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps each J
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)  # the kernel reaps each J
     pidns = os.open('/proc/self/ns/pid', os.O_RDONLY | os.O_CLOEXEC)
     # Every object so far is shared with the boxes, page by page, until written:
     # keep the collector from walking (and so copying) them in each box.
@@ -153,8 +157,7 @@ def serve():
                     _lap(cfg, 'fork')
                     os.close(pidns)
                     ctl.close()
-                    _box(cfg, req, fds)  # returns in the interpreter only
-                    return
+                    return _box(cfg, req, fds, session)  # returns in the interpreter only
                 if _libc.setns(pidns, CLONE_NEWPID) != 0:
                     os._exit(70)  # cannot make the next box right: let the server see
         # The server sees a failed fork as its sync socket closing unanswered.
@@ -162,13 +165,34 @@ def serve():
             os.close(fd)
 
 
-def _box(cfg, req, fds):
-    """J: makes and confines the box, then serves it. Returns in L only."""
+def _prepare(cfg):
+    """Does once, in the zygote, what would be the same in every box: each box's J
+    would otherwise pay for it in time and in pages copied. Adds to cfg:
+    masked and read_only, the /proc paths (bytes) of proc_masked and proc_read_only
+    that this kernel has (a box's /proc is a fresh mount of the same kernel's);
+    cap_last_cap; the seccomp filters as ready sock_fprog structures; the hello
+    frame; capset's arguments. (What a J writes to is its own copy.)"""
+    cfg['masked'] = [p for p in (b'/proc/' + n.encode() for n in cfg['proc_masked'])
+                     if os.path.lexists(p)]
+    cfg['read_only'] = [p for p in (b'/proc/' + n.encode() for n in cfg['proc_read_only'])
+                        if os.path.lexists(p)]
+    with open('/proc/sys/kernel/cap_last_cap', 'rb') as fh:
+        cfg['cap_last_cap'] = int(fh.read())
+    cfg['fprogs'] = _seccomp_programs(bytes.fromhex(cfg['seccomp']))
+    cfg['hello'] = _frame({'kind': 'hello'})
+    # capset's arguments: the version 3 header (this process) and no capabilities.
+    cfg['capset'] = ((ctypes.c_uint32 * 2)(CAP_V3, 0), (ctypes.c_uint32 * 6)())
+    return cfg
+
+
+def _box(cfg, req, fds, session):
+    """J: makes and confines the box, then serves it. Returns in L only, what
+    session() returned."""
     sync, out, err, rep, reqfd = fds
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
     # PID 1 gets only the signals it handles from inside its namespace: none but
     # SIGCHLD, so the code cannot stop or interrupt it.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
     sock = socket.socket(fileno=sync)
     try:
         abi = _setup(cfg, req, sock)
@@ -179,10 +203,7 @@ def _box(cfg, req, fds):
         _send(sock, {'kind': 'error', 'step': 'setup', 'detail': '%s: %s' % (type(e).__name__, e)})
         os._exit(1)
     _send(sock, {'kind': 'confined', 'landlock_abi': abi, 'laps': ' '.join(_laps)})
-    if _agent(sock, (out, err, rep, reqfd)):
-        sock.detach()  # closed already (_interpreter): never close the number again
-        return
-    os._exit(0)
+    return _agent(sock, (out, err, rep, reqfd), session)  # returns in L only
 
 
 def _setup(cfg, req, sock):
@@ -192,34 +213,33 @@ def _setup(cfg, req, sock):
     _lap(cfg, 'start')
     _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), 'mount',
            'unshare')
-    _mount('mount', None, '/', None, MS_REC | MS_PRIVATE)
-    _mount('mount', 'tmpfs', '/tmp', 'tmpfs', MS_NOSUID | MS_NODEV,
-           'mode=1777,size=%d' % req['tmp'])
-    _mount('mount', 'tmpfs', '/workspace', 'tmpfs', MS_NOSUID | MS_NODEV,
-           'mode=0755,size=%d,uid=%d,gid=%d' % (req['disk'], uid, gid))
-    _mount('mount', 'tmpfs', '/dev/shm', 'tmpfs', MS_NOSUID | MS_NODEV | MS_NOEXEC,
-           'mode=1777,size=%d' % req['tmp'])
-    _mount('mount', 'proc', '/proc', 'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _mount('mount', None, b'/', None, MS_REC | MS_PRIVATE)
+    _mount('mount', b'tmpfs', b'/tmp', b'tmpfs', MS_NOSUID | MS_NODEV,
+           b'mode=1777,size=%d' % req['tmp'])
+    _mount('mount', b'tmpfs', b'/workspace', b'tmpfs', MS_NOSUID | MS_NODEV,
+           b'mode=0755,size=%d,uid=%d,gid=%d' % (req['disk'], uid, gid))
+    _mount('mount', b'tmpfs', b'/dev/shm', b'tmpfs', MS_NOSUID | MS_NODEV | MS_NOEXEC,
+           b'mode=1777,size=%d' % req['tmp'])
+    _mount('mount', b'proc', b'/proc', b'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC)
     # /proc/sys of this proc, before it is made read-only below: J sets the box's
     # user-namespace limits through it once it is in that namespace (_user_limits).
     sysfd = os.open('/proc/sys', os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    for name in cfg['proc_masked']:
-        p = '/proc/' + name
-        if os.path.lexists(p):
-            _mount('mount', '/dev/null', p, None, MS_BIND)
-    for name in cfg['proc_read_only']:
-        p = '/proc/' + name
-        if os.path.lexists(p):
-            _mount('mount', p, p, None, MS_BIND | MS_REC)
-            _mount('mount', p, p, None,
-                   MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for p in cfg['masked']:
+        _mount('mount', b'/dev/null', p, None, MS_BIND)
+    for p in cfg['read_only']:
+        _mount('mount', p, p, None, MS_BIND | MS_REC)
+        _mount('mount', p, p, None,
+               MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _lap(cfg, 'mounts')
     _loopback_up()
     _lap(cfg, 'lo')
 
     # The server moves J into the box's cgroup, builds the Landlock ruleset on this
     # mount tree and sends it back.
-    _send(sock, {'kind': 'hello'})
+    try:
+        sock.sendall(cfg['hello'])
+    except OSError:
+        pass  # the server is gone: the go frame's read says so
     ruleset = _await_go(sock)
     _lap(cfg, 'await-go')
     _check(_libc.unshare(CLONE_NEWCGROUP), 'cgroup-namespace', 'unshare(CLONE_NEWCGROUP)')
@@ -249,10 +269,14 @@ def _setup(cfg, req, sock):
     # maps could not be written. It is made not dumpable again below.
     _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), 'capabilities', 'PR_SET_DUMPABLE')
     try:
-        for name, data in (('setgroups', 'deny'), ('uid_map', '%d %d 1' % (uid, uid)),
-                           ('gid_map', '%d %d 1' % (gid, gid))):
-            with open('/proc/self/' + name, 'w') as fh:
-                fh.write(data)
+        for name, data in (('/proc/self/setgroups', b'deny'),
+                           ('/proc/self/uid_map', b'%d %d 1' % (uid, uid)),
+                           ('/proc/self/gid_map', b'%d %d 1' % (gid, gid))):
+            fd = os.open(name, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
         # The code's exact process limit; J, the same user here, is one of them.
         nproc = req['pids'] + 1
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
@@ -265,14 +289,11 @@ def _setup(cfg, req, sock):
         raise Failed('capabilities', 'user namespace: %s' % e, getattr(e, 'errno', 0) or 0)
     _user_limits(sysfd, cfg.get('user_limits') or {})
     _lap(cfg, 'userns')
-    with open('/proc/sys/kernel/cap_last_cap', 'rb') as fh:
-        last = int(fh.read())
-    for c in range(last + 1):
+    for c in range(cfg['cap_last_cap'] + 1):
         _check(_libc.prctl(PR_CAPBSET_DROP, c, 0, 0, 0), 'capabilities', 'PR_CAPBSET_DROP')
     _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), 'capabilities',
            'PR_CAP_AMBIENT_CLEAR_ALL')
-    hdr = (ctypes.c_uint32 * 2)(CAP_V3, 0)
-    data = (ctypes.c_uint32 * 6)()
+    hdr, data = cfg['capset']
     _check(_syscall('capset', ctypes.addressof(hdr), ctypes.addressof(data)), 'capabilities',
            'capset')
     _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), 'capabilities', 'PR_SET_DUMPABLE')
@@ -284,7 +305,9 @@ def _setup(cfg, req, sock):
         _check(_syscall('landlock_restrict_self', fd, 0), 'landlock', 'landlock_restrict_self')
         os.close(fd)
     _lap(cfg, 'caps+landlock')
-    _install_seccomp(bytes.fromhex(cfg['seccomp']))
+    for fp in cfg['fprogs']:
+        _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fp), 0, 0),
+               'seccomp', 'PR_SET_SECCOMP')
     _lap(cfg, 'seccomp')
     return abi
 
@@ -324,25 +347,30 @@ def _loopback_up():
         s.close()
 
 
-def _install_seccomp(blob):
-    """Loads the filter stack the server encoded (seccomp.Encoded): per filter a
-    little-endian uint32 count, then that many 8-byte instructions."""
-    class Fprog(ctypes.Structure):
-        _fields_ = [('len', ctypes.c_ushort), ('filter', ctypes.c_void_p)]
-    n = 0
+class _Fprog(ctypes.Structure):
+    """struct sock_fprog; prog holds the instructions' buffer, which filter points to."""
+    _fields_ = [('len', ctypes.c_ushort), ('filter', ctypes.c_void_p)]
+
+
+def _seccomp_programs(blob):
+    """Decodes the filter stack the server encoded (seccomp.Encoded: per filter a
+    little-endian uint32 count, then that many 8-byte instructions) into the
+    sock_fprog structures prctl loads, in order. Raises ValueError for a malformed
+    stack: the zygote then never starts."""
+    progs = []
     while blob:
         count = struct.unpack_from('<I', blob)[0]
         prog = blob[4:4 + 8 * count]
         if count == 0 or len(prog) != 8 * count:
-            raise Failed('seccomp', 'malformed filter')
-        buf = ctypes.create_string_buffer(prog, len(prog))
-        fp = Fprog(count, ctypes.addressof(buf))
-        _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fp), 0, 0),
-               'seccomp', 'PR_SET_SECCOMP')
+            raise ValueError('malformed seccomp filter')
+        fp = _Fprog(count, 0)
+        fp.prog = ctypes.create_string_buffer(prog, len(prog))
+        fp.filter = ctypes.addressof(fp.prog)
+        progs.append(fp)
         blob = blob[4 + 8 * count:]
-        n += 1
-    if n == 0:
-        raise Failed('seccomp', 'no filter')
+    if not progs:
+        raise ValueError('no seccomp filter')
+    return progs
 
 
 def _await_go(sock):
@@ -385,10 +413,14 @@ def _await_go(sock):
     return None
 
 
-def _send(sock, msg):
+def _frame(msg):
     body = json.dumps(msg).encode()
+    return struct.pack('>I', len(body)) + body
+
+
+def _send(sock, msg):
     try:
-        sock.sendall(struct.pack('>I', len(body)) + body)
+        sock.sendall(_frame(msg))
         return True
     except OSError:
         return False
@@ -419,13 +451,13 @@ def _read_frame(sock):
         return None
 
 
-def _agent(sock, fds):
+def _agent(sock, fds, session):
     """J's life once confined: starts L, tells the server of each end of it, serves
-    start and signal requests until the server closes the socket. Returns True in
-    a newly forked L."""
+    start and signal requests until the server closes the socket, then exits. In a
+    newly forked L, calls session() (see serve) and returns what it returns."""
     r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(w)
-    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    _signal.set_wakeup_fd(w)
+    _signal.signal(_signal.SIGCHLD, lambda signum, frame: None)
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLIN)
     poller.register(r, select.POLLIN)
@@ -439,11 +471,15 @@ def _agent(sock, fds):
         child = os.fork()
         return child == 0
 
-    if start():
+    def interpreter():
         _interpreter(fds)
-        return True
+        sock.detach()  # closed already (_interpreter): never close the number again
+        return session()
+
+    if start():
+        return interpreter()
     if not _send(sock, {'kind': 'started'}):
-        return False
+        os._exit(0)
     while True:
         try:
             ready = poller.poll()
@@ -470,29 +506,28 @@ def _agent(sock, fds):
                 else:
                     msg['exit_code'] = os.waitstatus_to_exitcode(status)
                 if not _send(sock, msg):
-                    return False
+                    os._exit(0)
         if not any(fd == sock.fileno() for fd, _ in ready):
             continue
         m = _read_frame(sock)
         if m is None:
-            return False  # the server closed the box
+            os._exit(0)  # the server closed the box
         op = m.get('op')
         if op == 'start':
             if child == 0 and start():
-                _interpreter(fds)
-                return True
+                return interpreter()
             if not _send(sock, {'kind': 'started'}):
-                return False
+                os._exit(0)
         elif op == 'signal':
             sig = m.get('signal')
-            if child and sig in (signal.SIGINT, signal.SIGKILL):
+            if child and sig in (_signal.SIGINT, _signal.SIGKILL):
                 try:
                     os.killpg(child, sig)
                 except OSError:
                     pass
         elif not _send(sock, {'kind': 'fail', 'code': 'failed',
                               'error': 'operation %r is served by the server in this box' % op}):
-            return False
+            os._exit(0)
 
 
 def _drain(fd):
@@ -511,9 +546,9 @@ def _interpreter(fds):
     """L, right after the fork: the session's fds as the Go init gives them (0
     /dev/null, 1 and 2 the output, 3 the report, 4 the requests), nothing else
     open, in /workspace, in a session of its own; then back to the runner."""
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _signal.set_wakeup_fd(-1)
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+    _signal.signal(_signal.SIGINT, _signal.default_int_handler)
     os.setsid()
     null = os.open('/dev/null', os.O_RDWR)
     high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64) for fd in (null,) + tuple(fds)]

@@ -278,7 +278,8 @@ def nested(code):
         if isinstance(c, type(code)):
             yield c
             yield from nested(c)
-for outer in (runner._make_hook, runner._rule_funcs, runner._guard_fork_exec, runner._make_emit, runner._compilers):
+for outer in (runner._make_hook, runner._rule_funcs, runner._guard_fork_exec, runner._make_emit, runner._compilers,
+              runner._late_emit):
     inner = list(nested(outer.__code__))
     assert inner, outer
     for code in inner:

@@ -1501,12 +1501,12 @@ def _make_hook(p, module_denied, attr_denied, allowed, current, emit, trusted_di
 
 
 def _guard_fork_exec(emit, profile, current):
-    """Replaces _posixsubprocess.fork_exec (which raises no audit event) with a function
-    that reports a violation: the subprocess.Popen event refuses every legitimate way
-    there first, so reaching it means the event was bypassed. Returns the replacement's
-    code object, which the hook trusts (it looks up the caller's frame). The
-    replacement refers to nothing of the hook's but current (see _make_hook)."""
-    import _posixsubprocess
+    """Returns the replacement for _posixsubprocess.fork_exec (which raises no audit
+    event) that _arm installs: a function that reports a violation, for the
+    subprocess.Popen event refuses every legitimate way there first, so reaching it
+    means the event was bypassed. The hook trusts its code object (it looks up the
+    caller's frame). The replacement refers to nothing of the hook's but current (see
+    _make_hook)."""
     _exit, _getframe, _eq = os._exit, sys._getframe, str.__eq__
     detail = ("starting a process (_posixsubprocess.fork_exec) is blocked by profile '%s'; "
               "use Python code instead of shell commands" % profile)
@@ -1521,8 +1521,7 @@ def _guard_fork_exec(emit, profile, current):
         emit('violation', 'python.process', detail, line)
         _exit(77)
 
-    _posixsubprocess.fork_exec = fork_exec
-    return fork_exec.__code__
+    return fork_exec
 
 
 # ---------------------------------------------------------------- report channel
@@ -1822,15 +1821,16 @@ def _main(argv):
     except (OSError, ValueError, UnicodeDecodeError) as e:
         _fail('cannot load the Python policy %s: %s' % (policy_path, e))
     if zygote:
-        _preload(preload)
-        preload = ()
-        _serve_zygote(runner_dir)  # returns in a fresh box's interpreter only
+        prepared = _prepare_session(p, runner_dir, policy_path, preload)
+        # Returns in a fresh box's interpreter only, at the end of its session.
+        return _serve_zygote(runner_dir, lambda: _session(p, loads, quote, prepared))
+    if session:
+        # The channels first: no preload module's process can inherit them.
+        channels = _open_channels()
+        return _session(p, loads, quote, _prepare_session(p, runner_dir, policy_path, preload),
+                        channels)
     report = _open_report()
     emit = _make_emit(report, quote)
-    if session:
-        if report is None:
-            _fail('--session needs the report channel on fd 3')
-        return _session(p, emit, loads, runner_dir, policy_path, preload)
 
     filename = os.path.abspath(code_path)  # the program's code objects and tracebacks
     try:
@@ -1886,9 +1886,26 @@ def _install_hook(p, module_denied, attr_denied, allowed, current, emit, runner_
                   compilers):
     """Installs the audit hook (and the fork_exec guard), once sys.path is the
     program's. compilers: (_split, _parse) in a session, else None."""
+    _arm(*_build_hook(p, module_denied, attr_denied, allowed, current, emit, runner_dir,
+                      policy_path, compilers, sys.path[1:]))
+
+
+def _arm(hook, guard):
+    """Installs a hook and fork_exec guard _build_hook made."""
+    if guard is not None:
+        import _posixsubprocess
+        _posixsubprocess.fork_exec = guard
+    sys.addaudithook(hook)
+
+
+def _build_hook(p, module_denied, attr_denied, allowed, current, emit, runner_dir, policy_path,
+                compilers, path):
+    """Returns the audit hook and the fork_exec guard (or None), for the program's
+    sys.path but its first entry (the working directory): path. Installs neither
+    (_arm does)."""
     prefix = sys.base_prefix.rstrip('/') + '/'
     trusted_dirs = []
-    for d in sys.path[1:]:
+    for d in path:
         d = os.path.normpath(d)
         if d.startswith(prefix) and d not in trusted_dirs:
             trusted_dirs.append(d)
@@ -1901,14 +1918,23 @@ def _install_hook(p, module_denied, attr_denied, allowed, current, emit, runner_
     if compilers is not None:
         split, parse = compilers[0].__code__, compilers[1].__code__
     hook = _make_hook(p, module_denied, attr_denied, allowed, current, emit, tuple(trusted_dirs),
-                      protected, stdlib, (_show_error.__code__, guard, split, parse))
-    sys.addaudithook(hook)
+                      protected, stdlib, (_show_error.__code__, guard and guard.__code__, split,
+                                          parse))
+    return hook, guard
 
 
 def _new_main(p, filename):
-    """Makes a fresh __main__ module for the program and returns its globals: builtins
-    without the denied ones (but __import__, which the import statement needs).
-    __file__ is filename, unless None (a session)."""
+    """Makes a fresh __main__ module for the program (_main_module), puts it in
+    sys.modules and returns its globals."""
+    mod = _main_module(p, filename)
+    sys.modules['__main__'] = mod
+    return mod.__dict__
+
+
+def _main_module(p, filename):
+    """Returns a fresh __main__ module for the program: builtins without the denied
+    ones (but __import__, which the import statement needs). __file__ is filename,
+    unless None (a session)."""
     mod = type(sys)('__main__')
     g = mod.__dict__
     import builtins
@@ -1922,8 +1948,7 @@ def _new_main(p, filename):
         g['__builtins__'] = user_builtins
     if filename is not None:
         g['__file__'] = filename
-    sys.modules['__main__'] = mod
-    return g
+    return mod
 
 
 def _show_error(exc):
@@ -2059,12 +2084,20 @@ def _preload(names):
             pass
 
 
-def _serve_zygote(runner_dir):
+def _serve_zygote(runner_dir, session):
     """--zygote: hands this interpreter, preloaded and not yet hooked, to moat's
     zygote (zygote.py beside the runner, from the native backend), which forks it into
-    fresh boxes. Returns only in a box's interpreter, confined, with the session's
-    fds in place; what the zygote imported for itself is dropped from sys.modules, so
-    that the code's imports of them meet the policy as anywhere else."""
+    fresh boxes. In a box's interpreter, confined, with the session's fds in place,
+    calls session() and returns what it returns, at the end of the box's session.
+    What the zygote imported for itself is dropped from sys.modules first, so that
+    the code's imports of them meet the policy as anywhere else.
+
+    Nothing the zygote made is freed in a box (it calls session() rather than
+    return, and holds the modules it drops): freeing would write to every page the
+    objects are on (reference counts, the allocator's lists), and each such page is
+    shared with the zygote until a box writes to it, then copied (~300 pages a box).
+    Held, they are as out of the code's reach as freed: a module's functions and its
+    dict hold each other, and the collector never frees what serve() froze."""
     # What the runner itself imports once it serves a session (and would import in
     # each box): imported here once, as a cold session's runner has them before the
     # code runs.
@@ -2078,38 +2111,83 @@ def _serve_zygote(runner_dir):
         _fail('cannot load the zygote %s: %s' % (path, e))
     g = {'__name__': '_moat_zygote', '__file__': path}
     exec(code, g)
-    g['serve']()
-    g.clear()
-    for name in set(sys.modules) - before:
-        del sys.modules[name]
+
+    def box():
+        held = [sys.modules.pop(name) for name in set(sys.modules) - before]  # noqa: F841
+        return session()
+
+    return g['serve'](box)
 
 
-def _session(p, emit, loads, runner_dir, policy_path, preload=()):
-    """Runs the requests of the request channel as calls in one __main__ until the
-    channel ends (see "Session" in the module docstring). Returns 0 at its end; a
-    malformed request ends the runner with status 70. The preload modules are
-    imported first, by the runner, before the hook: the profile allows them (the
-    config checks it), and the code pays nothing for them."""
-    import _signal, linecache, traceback  # the runner's own, before the hook
+def _prepare_session(p, runner_dir, policy_path, preload=()):
+    """Makes what a session needs before its channels are open: imports the preload
+    modules (before the hook: the profile allows them, the config checks it, and the
+    code pays nothing for them), a fresh __main__, the figures, the rule functions, and
+    the audit hook, built, not installed. Returns it all for _session.
+
+    A zygote calls this once, before it forks any box, so that each box's interpreter
+    finds it made: made in each box it cost ~300 page copies, since every object it
+    touches (such as each builtin the fresh builtins dict refers to) is on a page the
+    box shares with the zygote until written. Nothing in it has served any call: a
+    box gets its own copy, as untouched as one made in the box."""
+    import _signal, linecache, traceback  # noqa: F401 (the runner's own, before the hook)
     del traceback  # imported for _show_error
-    fd = _open_requests()
-    if fd is None:
-        _fail('--session needs the request channel on fd 4')
-    read = _make_reader(fd, loads)
-    cache = linecache.cache
-
     _preload(preload)
-    cwd = os.getcwd()
-    g = _new_main(p, None)
-    main_builtins = g['__builtins__']
-    sys.argv = ['']
-    sys.path[:] = [cwd] + [d for d in sys.path if d not in ('', runner_dir)]
+    mod = _main_module(p, None)
+    path = [d for d in sys.path if d not in ('', runner_dir)]  # the working directory comes first
     figures = _make_figures()
     module_denied, attr_denied = _rule_funcs(p)
     allowed, current = {}, ['']
+    emit, bind_emit = _late_emit()
+    hook = guard = None
     if p.mode != 'off':
-        _install_hook(p, module_denied, attr_denied, allowed, current, emit, runner_dir,
-                      policy_path, (_split, _parse))
+        hook, guard = _build_hook(p, module_denied, attr_denied, allowed, current, emit,
+                                  runner_dir, policy_path, (_split, _parse), path)
+    return mod, path, figures, module_denied, attr_denied, allowed, current, bind_emit, hook, guard
+
+
+def _late_emit():
+    """Returns (emit, bind): emit calls the emit that bind(emit) gives it later, once
+    the report channel is open."""
+    target = []
+
+    def emit(*args, **kwargs):
+        return target[0](*args, **kwargs)
+
+    return emit, target.append
+
+
+def _open_channels():
+    """Moves a session's report and request channels off fds 3 and 4 (in that order:
+    fd 3 is free again for the request channel's read end, fd 4 for nothing that can
+    write to the report) and returns their new descriptors."""
+    report = _open_report()
+    if report is None:
+        _fail('--session needs the report channel on fd 3')
+    requests = _open_requests()
+    if requests is None:
+        _fail('--session needs the request channel on fd 4')
+    return report, requests
+
+
+def _session(p, loads, quote, prepared, channels=None):
+    """Runs the requests of the request channel as calls in one __main__ until the
+    channel ends (see "Session" in the module docstring), with what _prepare_session
+    made and the channels _open_channels returned (opened here when None). Returns 0
+    at its end; a malformed request ends the runner with status 70."""
+    mod, path, figures, module_denied, attr_denied, allowed, current, bind_emit, hook, guard = prepared
+    report, requests = channels or _open_channels()
+    emit, read = _make_emit(report, quote), _make_reader(requests, loads)
+    import _signal, linecache
+    cache = linecache.cache
+    g = mod.__dict__
+    main_builtins = g['__builtins__']
+    sys.modules['__main__'] = mod
+    sys.argv = ['']
+    sys.path[:] = [os.getcwd()] + path
+    bind_emit(emit)
+    if hook is not None:
+        _arm(hook, guard)
 
     # SIGINT interrupts calls only: between them (reading a request, writing the
     # report) the handler does nothing, so the runner cannot die of it there.
