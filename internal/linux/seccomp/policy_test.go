@@ -529,3 +529,85 @@ func runVM(t *testing.T, stack filterStack, auditArch arch.AuditArch, nr uint32,
 	}
 	return result
 }
+
+// TestSearchProgramMatchesChain runs every syscall number (and numbers past the
+// table, x32 numbers and the extremes), through the native and a foreign
+// architecture, through both the main program as installed (searchProgram) and
+// the main policy as go-seccomp-bpf assembles it (a chain of comparisons):
+// they must agree on every one. The search must also be much shorter.
+func TestSearchProgramMatchesChain(t *testing.T) {
+	c, err := compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies, err := c.spec.policies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	chainInsts, err := policies[0].Assemble()
+	if err != nil {
+		t.Fatal(err)
+	}
+	searchInsts, err := searchProgram(policies[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain, err := bpf.NewVM(chainInsts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	search, err := bpf.NewVM(searchInsts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nrs []uint32
+	for nr := uint32(0); nr < 2048; nr++ {
+		nrs = append(nrs, nr, 0x40000000|nr)
+	}
+	nrs = append(nrs, 0x3fffffff, 0x7fffffff, 0x80000000, 0xfffffffe, 0xffffffff)
+	allowed := 0
+	for _, a := range []arch.AuditArch{archInfo(t).ID, foreignArch(), 0} {
+		for _, nr := range nrs {
+			want := runVM(t, filterStack{chain}, a, nr, nil)
+			if got := runVM(t, filterStack{search}, a, nr, nil); got != want {
+				t.Errorf("arch %#x, syscall %#x: search returns %#x, chain %#x", a, nr, got, want)
+			}
+			if want == retAllow {
+				allowed++
+			}
+		}
+	}
+	if allowed < 250 {
+		t.Errorf("only %d numbers allowed: the comparison exercised little", allowed)
+	}
+	if len(searchInsts) >= len(chainInsts) {
+		t.Errorf("search program of %d instructions, chain %d", len(searchInsts), len(chainInsts))
+	}
+	t.Logf("chain %d instructions, search %d", len(chainInsts), len(searchInsts))
+}
+
+// TestSearchRunsLongJumps checks the search over many runs, where the first
+// comparisons must jump further than a conditional jump reaches: every number
+// gets its run's action.
+func TestSearchRunsLongJumps(t *testing.T) {
+	var runs []actionRun
+	actions := []bpfseccomp.Action{bpfseccomp.ActionAllow, actionEPERM, actionENOSYS}
+	for i := range 1000 {
+		runs = append(runs, actionRun{lo: uint32(3 * i), action: actions[i%3], block: -1})
+	}
+	insts := append([]bpf.Instruction{bpf.LoadAbsolute{Off: dataNr, Size: 4}}, searchRuns(runs)...)
+	if len(insts) < 600 {
+		t.Fatalf("%d instructions: no long jump needed", len(insts))
+	}
+	vm, err := bpf.NewVM(insts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for nr := uint32(0); nr < 3100; nr++ {
+		run := min(int(nr/3), len(runs)-1)
+		want := uint32(runs[run].action)
+		if got := runVM(t, filterStack{vm}, 0, nr, nil); got != want {
+			t.Fatalf("syscall %d: %#x, want %#x (run %d)", nr, got, want, run)
+		}
+	}
+}

@@ -23,11 +23,10 @@ import (
 // becomes (or execs) the box, and only once, since every call stacks another
 // copy of the filter.
 //
-// The policy is loaded as a stack of several BPF programs (see the package
-// documentation). If Install fails part-way, for example because another
-// thread runs under a seccomp filter that is not an ancestor of the caller's,
-// the process may already hold some of them: treat any error as fatal and do
-// not run untrusted code in the process.
+// If Install fails, for example because another thread runs under a seccomp
+// filter that is not an ancestor of the caller's, treat the error as fatal and
+// do not run untrusted code in the process (were the policy ever loaded as
+// several programs, the process could hold some of them).
 func Install() error {
 	c, err := compile()
 	if err != nil {
