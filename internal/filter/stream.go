@@ -38,12 +38,17 @@ func (s *Stream) Write(p []byte) (int, error) {
 		return 0, s.err
 	}
 	fs := s.sc.r.frameSize()
-	if s.buf == nil {
-		s.buf = make([]byte, 0, fs)
-	}
+	// s.buf grows as written, up to a frame: most executions print a few bytes,
+	// and a whole frame for each stream was most of what the server allocated
+	// for one of them.
 	n := 0
 	for len(p) > 0 {
 		k := min(len(p), fs-len(s.buf))
+		if need := len(s.buf) + k; need > cap(s.buf) {
+			grown := make([]byte, len(s.buf), min(fs, max(need, 2*cap(s.buf), 512)))
+			copy(grown, s.buf)
+			s.buf = grown
+		}
 		s.buf = append(s.buf, p[:k]...)
 		p = p[k:]
 		n += k

@@ -36,6 +36,11 @@ const (
 	cgroupGrace = 2 * time.Second
 )
 
+// chunks recycles the buffers the output, report and hello reads use: a fresh
+// 32 KiB buffer for each read was most of what the server allocated per
+// execution (its collector then ran every few executions).
+var chunks = sync.Pool{New: func() any { return new([readChunk]byte) }}
+
 // Backend is the native backend. The zero value is ready to use.
 type Backend struct {
 	// Log receives operational messages; nil means slog.Default().
@@ -287,7 +292,9 @@ type filterResult struct {
 // the stream's cap.
 func drain(wg *sync.WaitGroup, r io.Reader, sink io.Writer, capBytes int64, flood chan<- struct{}) {
 	defer wg.Done()
-	buf := make([]byte, readChunk)
+	chunk := chunks.Get().(*[readChunk]byte)
+	defer chunks.Put(chunk)
+	buf := chunk[:]
 	var total int64
 	reported := false
 	for {

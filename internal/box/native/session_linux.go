@@ -275,7 +275,9 @@ func (s *session) wake() {
 
 // readInto reads what fd holds now into w, counting bytes into *n.
 func (s *session) readInto(fd int, w io.Writer, n *int64) {
-	buf := make([]byte, readChunk)
+	chunk := chunks.Get().(*[readChunk]byte)
+	defer chunks.Put(chunk)
+	buf := chunk[:]
 	for {
 		k, err := unix.Read(fd, buf)
 		if k <= 0 || err != nil {
@@ -290,7 +292,9 @@ func (s *session) readInto(fd int, w io.Writer, n *int64) {
 
 // readReport reads what the report pipe holds now and returns the complete lines.
 func (s *session) readReport() [][]byte {
-	buf := make([]byte, readChunk)
+	chunk := chunks.Get().(*[readChunk]byte)
+	defer chunks.Put(chunk)
+	buf := chunk[:]
 	for {
 		k, err := unix.Read(s.repFD, buf)
 		if k <= 0 || err != nil {

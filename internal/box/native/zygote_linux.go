@@ -780,6 +780,9 @@ func closeFiles(files []*os.File) {
 	}
 }
 
+// helloBufs recycles readHello's buffers (a box's first frame arrives whole).
+var helloBufs = sync.Pool{New: func() any { return new([4 + maxInitFrame]byte) }}
+
 // readHello reads a box's first frame and the pid the kernel attached to it.
 func readHello(sock *os.File) (initMsg, int, error) {
 	var m initMsg
@@ -787,7 +790,9 @@ func readHello(sock *os.File) (initMsg, int, error) {
 	if err != nil {
 		return m, 0, err
 	}
-	buf := make([]byte, 4+maxInitFrame)
+	frame := helloBufs.Get().(*[4 + maxInitFrame]byte)
+	defer helloBufs.Put(frame)
+	buf := frame[:]
 	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
 	var n, oobn int
 	var rerr error
