@@ -67,6 +67,10 @@ func (b *Box) Destroy() error {
 	if b.destroyed {
 		return nil
 	}
+	if b.removeEmpty() {
+		b.markDestroyed()
+		return nil
+	}
 	if err := b.kill(time.Now().Add(killTimeout)); err != nil {
 		return err
 	}
@@ -80,12 +84,33 @@ func (b *Box) Destroy() error {
 			return err
 		}
 	}
+	b.markDestroyed()
+	return nil
+}
+
+// removeEmpty is Destroy's fast path for a box whose processes are all gone
+// already (the usual end: its init died and took the rest along): it removes
+// every directory, and reports whether it could. rmdir refuses (EBUSY) a cgroup
+// that still holds a process, and every process of the box is in each of its
+// directories, so the first refusal comes before anything is removed, and the
+// caller kills and removes as ever. This saves a box's end reading cgroup.procs
+// in each hierarchy (on v1 each read also leaves the kernel a list to free).
+func (b *Box) removeEmpty() bool {
+	for _, d := range slices.Backward(b.dirs) {
+		if err := b.ops.removeDir(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false
+		}
+	}
+	return true
+}
+
+// markDestroyed closes FD's descriptor and marks b destroyed.
+func (b *Box) markDestroyed() {
 	if b.fd >= 0 {
 		unix.Close(b.fd)
 		b.fd = -1
 	}
 	b.destroyed = true
-	return nil
 }
 
 // remove rmdirs d, which must be empty of processes. rmdir can still
