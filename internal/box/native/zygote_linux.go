@@ -69,6 +69,15 @@ import (
 //     files; the code reaches L through the request pipe after the fork. So no state
 //     of one execution can reach another: each L is a copy of a Z that no execution
 //     touched, and Z never sees what its children do.
+//   - What every box would make the same way is made once in Z, before its first
+//     fork: J's seccomp programs, /proc paths and capset arguments, and the
+//     session's fresh __main__, its builtins and the runner's audit hook (built, not
+//     installed: L installs it). Each box gets a copy no execution touched, as with
+//     everything else in Z. L never frees what Z made (freeing writes to, and so
+//     copies, the pages): the modules Z imported for itself are dropped from
+//     sys.modules but stay alive, which gives the code nothing it could not import
+//     itself with the policy off (the policy denies the collector's object lists,
+//     the only way to them).
 //   - Each box gets new namespaces of every kind a cold box has (user, mount, PID,
 //     network, IPC, UTS, cgroup), its own tmpfs /tmp, /workspace and /dev/shm, its own
 //     /proc (it sees only its own processes), its own cgroup with the box's limits,

@@ -541,7 +541,7 @@ const (
 // With ~350 syscalls named, the chain ran up to 370 instructions for every
 // syscall the box makes, and the kernel runs the program once per syscall
 // number when it loads it (to cache which numbers are always allowed), with
-// interrupts off: ~0.3 ms for every box. The search takes about ten.
+// interrupts off: ~0.3 ms for every box. The search runs about ten instructions.
 //
 // The program: the architecture check (another ABI gets p's default action),
 // on x86_64 the x32 check (ENOSYS), then the search. The syscall numbers are

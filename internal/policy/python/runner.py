@@ -2095,7 +2095,8 @@ def _serve_zygote(runner_dir, session):
     Nothing the zygote made is freed in a box (it calls session() rather than
     return, and holds the modules it drops): freeing would write to every page the
     objects are on (reference counts, the allocator's lists), and each such page is
-    shared with the zygote until a box writes to it, then copied (~300 pages a box).
+    shared with the zygote until a box writes to it, then copied (over a hundred pages
+    a box, measured).
     Held, they are as out of the code's reach as freed: a module's functions and its
     dict hold each other, and the collector never frees what serve() froze."""
     # What the runner itself imports once it serves a session (and would import in
@@ -2126,9 +2127,9 @@ def _prepare_session(p, runner_dir, policy_path, preload=()):
     the audit hook, built, not installed. Returns it all for _session.
 
     A zygote calls this once, before it forks any box, so that each box's interpreter
-    finds it made: made in each box it cost ~300 page copies, since every object it
-    touches (such as each builtin the fresh builtins dict refers to) is on a page the
-    box shares with the zygote until written. Nothing in it has served any call: a
+    finds it made: made in each box it cost over a hundred page copies, since every
+    object it touches (such as each builtin the fresh builtins dict refers to) is on a
+    page the box shares with the zygote until written. Nothing in it has served any call: a
     box gets its own copy, as untouched as one made in the box."""
     import _signal, linecache, traceback  # noqa: F401 (the runner's own, before the hook)
     del traceback  # imported for _show_error
