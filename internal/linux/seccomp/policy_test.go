@@ -330,14 +330,7 @@ func TestFilterMatchesSpec(t *testing.T) {
 // argument conditions appear only in a policy whose single group holds a
 // single syscall name, so no syscall number check follows an argument load.
 func TestPoliciesAvoidReloadBug(t *testing.T) {
-	c, err := compile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	policies, err := c.spec.policies()
-	if err != nil {
-		t.Fatal(err)
-	}
+	policies := compiledPolicies(t)
 	for i, p := range policies {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			names := map[string]bool{}
@@ -434,6 +427,20 @@ func matchAll(conds bpfseccomp.ArgumentConditions, args []uint64) bool {
 		}
 	}
 	return true
+}
+
+// compiledPolicies returns the box policy's go-seccomp-bpf policies, main first.
+func compiledPolicies(t *testing.T) []bpfseccomp.Policy {
+	t.Helper()
+	c, err := compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies, err := c.spec.policies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return policies
 }
 
 func archInfo(t *testing.T) *arch.Info {
@@ -536,14 +543,7 @@ func runVM(t *testing.T, stack filterStack, auditArch arch.AuditArch, nr uint32,
 // the main policy as go-seccomp-bpf assembles it (a chain of comparisons):
 // they must agree on every one. The search must also be much shorter.
 func TestSearchProgramMatchesChain(t *testing.T) {
-	c, err := compile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	policies, err := c.spec.policies()
-	if err != nil {
-		t.Fatal(err)
-	}
+	policies := compiledPolicies(t)
 	chainInsts, err := policies[0].Assemble()
 	if err != nil {
 		t.Fatal(err)
