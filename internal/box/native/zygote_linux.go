@@ -393,8 +393,7 @@ func (zs *zygotes) retire(z *zygote) {
 }
 
 // Close ends every zygote once its boxes are gone: the caller has closed them (the
-// engine closes its pool and sessions first), and removes the cgroups kept for
-// later boxes. It returns once all have ended.
+// engine closes its pool and sessions first). It returns once all have ended.
 func (b *Backend) Close() error {
 	zs := &b.zys
 	zs.mu.Lock()
@@ -412,8 +411,7 @@ func (b *Backend) Close() error {
 		}
 	}
 	zs.wg.Wait()
-	// The cgroups Release kept for later boxes (cgroup.Recycle).
-	return cgroup.DestroySpares()
+	return nil
 }
 
 // startZygote starts a zygote's box and waits until the zygote says it is ready. It
@@ -939,9 +937,7 @@ func (p *zygoteProc) Warnings() []string { return nil }
 func (p *zygoteProc) Release() error {
 	var err error
 	if p.zb.cg != nil {
-		// J's death took the box's processes along, so its cgroup is usually
-		// empty by now and kept for the next box (a spare, on v1); else destroyed.
-		err = p.zb.cg.Recycle()
+		err = p.zb.cg.Destroy()
 	}
 	p.zb.mu.Lock()
 	if p.zb.pidfd >= 0 {

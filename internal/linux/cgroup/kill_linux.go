@@ -239,7 +239,6 @@ func (b *Box) freeze() {
 		}
 		file, on, state = d+"/freezer.state", "FROZEN", d+"/freezer.state"
 	}
-	b.froze = true
 	if b.ops.writeFile(file, on) != nil {
 		return
 	}
