@@ -393,7 +393,8 @@ func (zs *zygotes) retire(z *zygote) {
 }
 
 // Close ends every zygote once its boxes are gone: the caller has closed them (the
-// engine closes its pool and sessions first). It returns once all have ended.
+// engine closes its pool and sessions first), and removes the cgroups kept for
+// later boxes. It returns once all have ended.
 func (b *Backend) Close() error {
 	zs := &b.zys
 	zs.mu.Lock()
@@ -411,7 +412,8 @@ func (b *Backend) Close() error {
 		}
 	}
 	zs.wg.Wait()
-	return nil
+	// The cgroups Release kept for later boxes (cgroup.Recycle).
+	return cgroup.DestroySpares()
 }
 
 // startZygote starts a zygote's box and waits until the zygote says it is ready. It
@@ -937,7 +939,9 @@ func (p *zygoteProc) Warnings() []string { return nil }
 func (p *zygoteProc) Release() error {
 	var err error
 	if p.zb.cg != nil {
-		err = p.zb.cg.Destroy()
+		// J's death took the box's processes along, so its cgroup is usually
+		// empty by now and kept for the next box (a spare, on v1); else destroyed.
+		err = p.zb.cg.Recycle()
 	}
 	p.zb.mu.Lock()
 	if p.zb.pidfd >= 0 {

@@ -25,17 +25,24 @@ type Box struct {
 	ctl         map[string]string
 	controllers []string
 	ops         fsOps
+	lim         Limits // as applied: a spare is handed out for the same limits
+	// oomBase is the OOM kill count the box's directories had when it got them
+	// (a spare's earlier boxes'); Stats counts from it.
+	oomBase int64
 
 	mu        sync.Mutex
 	fd        int // v2 O_PATH descriptor of dirs[0], or -1
 	destroyed bool
+	froze     bool // the freezer was used: not kept as a spare
 }
 
 // New creates the cgroup name (e.g. "box-<ownerpid>-<random>"; see
 // Sweep for why the owner pid belongs in it) below the "moat" parent
 // directory under our own cgroup, and applies lim. The name must not
 // exist yet. On any error New removes what it created. The caller must
-// call Destroy.
+// call Destroy (or Recycle). On cgroup v1 New may instead hand out a spare:
+// the directories of an earlier box with the same limits that Recycle kept,
+// under that box's name (see Recycle).
 func New(name string, lim Limits) (*Box, error) {
 	h, err := current()
 	if err != nil {
@@ -50,6 +57,9 @@ func (h *host) newBox(name string, lim Limits) (*Box, error) {
 	}
 	if err := lim.validate(); err != nil {
 		return nil, err
+	}
+	if b := h.takeSpare(lim); b != nil {
+		return b, nil
 	}
 	for attempt := 0; ; attempt++ {
 		enabled, err := h.prepare()
@@ -137,6 +147,7 @@ func (b *Box) create(lim Limits, enabled []string) (err error) {
 		return err
 	}
 	slices.Sort(b.controllers)
+	b.lim = lim
 	if b.version == V2 {
 		fd, err := unix.Open(b.dirs[0], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -364,6 +375,9 @@ func (b *Box) Stats() (Stats, error) {
 	}
 	if s.OOMKills, err = ReadOOMKills(oom); err != nil {
 		return s, err
+	}
+	if s.OOMKills >= 0 {
+		s.OOMKills = max(s.OOMKills-b.oomBase, 0)
 	}
 	return s, nil
 }

@@ -58,6 +58,12 @@ func (b *Box) KillExcept(pid int) error { return ErrUnavailable }
 // Destroy returns nil: there is nothing to remove.
 func (b *Box) Destroy() error { return nil }
 
+// Recycle returns nil: there is nothing to keep.
+func (b *Box) Recycle() error { return nil }
+
+// DestroySpares returns nil: none are kept.
+func DestroySpares() error { return nil }
+
 // Sweep returns an error wrapping ErrUnavailable.
 func Sweep() (int, error) {
 	return 0, fmt.Errorf("%w: cgroups exist only on linux", ErrUnavailable)

@@ -56,6 +56,8 @@ type host struct {
 	mu       sync.Mutex
 	prepared bool
 	enabled  []string // v2 controllers enabled for boxes, after prepare
+	spares   map[Limits][]*Box
+	nspares  int
 }
 
 // Detect inspects the host: it reads /proc/self/mountinfo and

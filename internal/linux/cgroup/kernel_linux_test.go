@@ -654,3 +654,126 @@ func cgroupLine(text, c string) string {
 	}
 	return ""
 }
+
+// TestKernelRecycle: on cgroup v1 an emptied box's directories are kept and
+// handed to the next box with the same limits, its counters starting again and
+// the old holder unable to touch it; a box that still holds a process is
+// destroyed instead, other limits get directories of their own, and
+// DestroySpares removes what is kept. On v2 Recycle destroys.
+func TestKernelRecycle(t *testing.T) {
+	requireKernel(t)
+	const python = "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	t.Cleanup(func() {
+		if err := DestroySpares(); err != nil {
+			t.Errorf("DestroySpares: %v", err)
+		}
+	})
+	gone := func(dirs []string) bool {
+		for _, d := range dirs {
+			if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+				return false
+			}
+		}
+		return true
+	}
+	lim := Limits{MemoryBytes: 32 << 20, Pids: 16, CPUs: 1}
+	a, err := New(boxName(t), lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := start(t, a, "exec "+python+` -c "x=bytearray(200<<20)"`) // OOM-killed
+	_ = cmd.Wait()
+	used, err := a.Stats()
+	if err != nil || used.OOMKills < 1 || used.PeakMemoryBytes < 16<<20 {
+		t.Fatalf("the first box's stats %+v (%v), want an OOM kill and a peak over 16 MiB", used, err)
+	}
+	dirs := a.Dirs()
+	if err := a.Recycle(); err != nil {
+		t.Fatalf("Recycle: %v", err)
+	}
+	if Detect().Version != V1 {
+		if !gone(dirs) {
+			t.Fatalf("Recycle on %v left %v", Detect().Version, dirs)
+		}
+		return
+	}
+	if gone(dirs) {
+		t.Fatal("Recycle removed an empty v1 box")
+	}
+	if _, err := a.Stats(); !errors.Is(err, ErrDestroyed) {
+		t.Errorf("Stats after Recycle = %v, want ErrDestroyed", err)
+	}
+
+	b, err := New(boxName(t)+"b", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(b.Dirs(), dirs) {
+		t.Fatalf("New after Recycle made %v, want the kept %v", b.Dirs(), dirs)
+	}
+	fresh, err := b.Stats()
+	if err != nil || fresh.OOMKills != 0 || fresh.PeakMemoryBytes >= used.PeakMemoryBytes/4 || fresh.CPUUsage >= used.CPUUsage {
+		t.Errorf("the kept box's stats %+v (%v) did not start again (the first box's: %+v)", fresh, err, used)
+	}
+	cmd = start(t, b, "exec "+python+` -c "x=bytearray(200<<20)"`)
+	_ = cmd.Wait()
+	if s, err := b.Stats(); err != nil || s.OOMKills != 1 {
+		t.Errorf("after its own OOM kill the kept box's stats are %+v (%v), want 1 OOM kill", s, err)
+	}
+	// The first holder's Box acts on nothing now.
+	sleeper := start(t, b, "exec sleep 30")
+	if err := a.Destroy(); err != nil {
+		t.Errorf("Destroy of the recycled Box: %v", err)
+	}
+	if err := a.Kill(); err != nil {
+		t.Errorf("Kill of the recycled Box: %v", err)
+	}
+	if pids, _ := b.procs(); !slices.Contains(pids, sleeper.Process.Pid) {
+		t.Fatalf("the old holder's Destroy or Kill reached the new box (procs %v)", pids)
+	}
+	// A box still holding a process is destroyed, the process with it.
+	if err := b.Recycle(); err != nil {
+		t.Fatalf("Recycle of a live box: %v", err)
+	}
+	if !gone(dirs) {
+		t.Errorf("Recycle kept a box that held a process: %v", dirs)
+	}
+	if err := sleeper.Wait(); err == nil {
+		t.Error("the live box's process survived its Recycle")
+	}
+
+	// Other limits: directories of their own; DestroySpares removes the kept ones.
+	c, err := New(boxName(t)+"c", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := New(boxName(t)+"d", Limits{MemoryBytes: 48 << 20, Pids: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Recycle(); err != nil {
+		t.Fatal(err)
+	}
+	kept := c.Dirs()
+	if d, err := New(boxName(t)+"e", Limits{MemoryBytes: 48 << 20, Pids: 16}); err != nil {
+		t.Fatal(err)
+	} else {
+		if slices.Equal(d.Dirs(), kept) {
+			t.Error("a box with other limits got the kept directories")
+		}
+		_ = d.Destroy()
+	}
+	_ = other.Destroy()
+	if err := DestroySpares(); err != nil {
+		t.Fatal(err)
+	}
+	if !gone(kept) {
+		t.Errorf("DestroySpares left %v", kept)
+	}
+}

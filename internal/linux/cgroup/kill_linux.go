@@ -239,6 +239,7 @@ func (b *Box) freeze() {
 		}
 		file, on, state = d+"/freezer.state", "FROZEN", d+"/freezer.state"
 	}
+	b.froze = true
 	if b.ops.writeFile(file, on) != nil {
 		return
 	}
