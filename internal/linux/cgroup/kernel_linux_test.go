@@ -246,8 +246,10 @@ func TestKernelDestroyLive(t *testing.T) {
 	}
 }
 
-func TestKernelOOM(t *testing.T) {
-	requireKernel(t)
+// requirePython returns /usr/bin/python3, skipping the test without it (failing
+// it in CI).
+func requirePython(t *testing.T) string {
+	t.Helper()
 	const python = "/usr/bin/python3"
 	if _, err := os.Stat(python); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -255,6 +257,12 @@ func TestKernelOOM(t *testing.T) {
 		}
 		t.Skip(err)
 	}
+	return python
+}
+
+func TestKernelOOM(t *testing.T) {
+	requireKernel(t)
+	python := requirePython(t)
 	b := newKernelBox(t, Limits{MemoryBytes: 32 << 20, Pids: 16})
 	// Once inside the box the shell becomes python, which touches 200 MiB.
 	cmd := start(t, b, "exec "+python+` -c "x=bytearray(200<<20)"`)
@@ -662,13 +670,7 @@ func cgroupLine(text, c string) string {
 // DestroySpares removes what is kept. On v2 Recycle destroys.
 func TestKernelRecycle(t *testing.T) {
 	requireKernel(t)
-	const python = "/usr/bin/python3"
-	if _, err := os.Stat(python); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	python := requirePython(t)
 	t.Cleanup(func() {
 		if err := DestroySpares(); err != nil {
 			t.Errorf("DestroySpares: %v", err)
