@@ -17,6 +17,7 @@ import (
 
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/box/native"
+	"github.com/moat-sandbox/moat/internal/linux/cgroup"
 	"github.com/moat-sandbox/moat/internal/testutil"
 )
 
@@ -149,13 +150,18 @@ func checkHostClean(t *testing.T, before hostState, extraUIDs ...int) {
 	if procs := boxProcesses(extraUIDs...); len(procs) > 0 {
 		t.Errorf("box processes survived on the host: %v", procs)
 	}
-	if cgs := testutil.BoxCgroups("box-"); len(cgs) > 0 {
+	if cgs := boxCgroups(); len(cgs) > 0 {
 		t.Errorf("box cgroups left on the host: %v", cgs)
 	}
 	after := snapshotHost(t)
 	if after.mounts != before.mounts {
 		t.Errorf("host mount table changed: %d mounts before, %d after", before.mounts, after.mounts)
 	}
+}
+
+// boxCgroups lists the host's box cgroups, kept ones (cgroup.Box.Recycle) too.
+func boxCgroups() []string {
+	return append(testutil.BoxCgroups("box-"), testutil.BoxCgroups(cgroup.SparePrefix)...)
 }
 
 // boxProcesses lists host processes whose uid is one of the box's host uids.

@@ -24,6 +24,7 @@ import (
 	"github.com/moat-sandbox/moat/internal/api"
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/client"
+	"github.com/moat-sandbox/moat/internal/linux/cgroup"
 	"github.com/moat-sandbox/moat/internal/testutil"
 )
 
@@ -245,6 +246,7 @@ var serverPIDs sync.Map
 // content, names a box of one of the tests' servers; a process in no box cgroup
 // (cgroups unavailable) counts as theirs.
 func ownBox(s string) bool {
+	s = strings.ReplaceAll(s, "/"+cgroup.SparePrefix+"box-", "/box-") // a kept box's
 	i := strings.Index(s, "/box-")
 	if i < 0 {
 		return true
@@ -267,7 +269,7 @@ func baselineHost(t *testing.T) hostBaseline {
 	for _, p := range boxProcesses() {
 		b.procs[p] = true
 	}
-	for _, c := range testutil.BoxCgroups("box-") {
+	for _, c := range boxCgroups() {
 		b.cgroups[c] = true
 	}
 	return b
@@ -283,7 +285,7 @@ func (b hostBaseline) leftovers() (procs, cgroups []string) {
 			procs = append(procs, p)
 		}
 	}
-	for _, c := range testutil.BoxCgroups("box-") {
+	for _, c := range boxCgroups() {
 		if !b.cgroups[c] && ownBox(c) {
 			cgroups = append(cgroups, c)
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/client"
 	"github.com/moat-sandbox/moat/internal/config"
+	"github.com/moat-sandbox/moat/internal/linux/cgroup"
 )
 
 const loadtestUsage = `Usage: moat loadtest [flags]
@@ -309,7 +310,7 @@ func cmdLoadtest(args []string, stdout, stderr io.Writer) int {
 		rep.Cleanup.BoxUIDs = loadBoxUIDs()
 		rep.Cleanup.AfterLoad, rep.Cleanup.PooledAfterLoad = waitClean(own.pid, loadCleanupWait, loadPoolSize+loadZygotes)
 		rep.Cleanup.ServerExit = own.stop()
-		rep.Cleanup.AfterShutdown = leftovers(own.pid)
+		rep.Cleanup.AfterShutdown = append(leftovers(own.pid), spareCgroups(own.pid)...)
 		rep.ServerLogProblems, rep.ServerLogCount = own.log.problems()
 		if code != 0 && rep.Executions == 0 {
 			fmt.Fprintf(stderr, "moat loadtest: the server's log ends:\n%s", own.log.tail())
@@ -881,6 +882,28 @@ func leftovers(serverPID int) []string {
 			if strings.HasPrefix(d.Name(), mark) && filepath.Base(filepath.Dir(p)) == "moat" {
 				out = append(out, "cgroup "+p)
 			}
+			return filepath.SkipDir
+		}
+		if strings.Count(p, "/") > 12 {
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return out
+}
+
+// spareCgroups lists the cgroups the server with pid serverPID kept for later boxes
+// (named cgroup.SparePrefix+"box-<serverPID>-..."): while it runs, a few, as many
+// as the boxes that ended before the next began; once it has shut down, none.
+func spareCgroups(serverPID int) []string {
+	mark := fmt.Sprintf("%sbox-%d-", cgroup.SparePrefix, serverPID)
+	var out []string
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if strings.HasPrefix(d.Name(), mark) && filepath.Base(filepath.Dir(p)) == "moat" {
+			out = append(out, "cgroup "+p)
 			return filepath.SkipDir
 		}
 		if strings.Count(p, "/") > 12 {

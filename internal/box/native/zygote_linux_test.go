@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/box"
+	"github.com/moat-sandbox/moat/internal/linux/cgroup"
 	"github.com/moat-sandbox/moat/internal/linux/landlock"
 	"github.com/moat-sandbox/moat/internal/policy/python"
 	"github.com/moat-sandbox/moat/internal/testutil"
@@ -758,7 +759,7 @@ print(len(kids), err)
 	if left := ourBoxProcesses(t); len(left) > 0 {
 		t.Errorf("box processes left after Close: %+v", left)
 	}
-	if left := testutil.BoxCgroups(fmt.Sprintf("box-%d-", os.Getpid())); len(left) > 0 {
+	if left := ourBoxCgroups(); len(left) > 0 {
 		t.Errorf("box cgroups left after Close: %v", left)
 	}
 	if p, ok := readHostProc(sleeperA.pid); ok && p.start == sleeperA.start {
@@ -797,7 +798,7 @@ func TestZygoteFailsToStart(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Close did not return")
 	}
-	if left := testutil.BoxCgroups(fmt.Sprintf("box-%d-", os.Getpid())); len(left) > 0 {
+	if left := ourBoxCgroups(); len(left) > 0 {
 		t.Fatalf("box cgroups left: %v", left)
 	}
 }
@@ -835,4 +836,10 @@ func TestSessionRestartReady(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ourBoxCgroups lists this process's box cgroups, kept ones (cgroup.Box.Recycle) too.
+func ourBoxCgroups() []string {
+	mark := fmt.Sprintf("box-%d-", os.Getpid())
+	return append(testutil.BoxCgroups(mark), testutil.BoxCgroups(cgroup.SparePrefix+mark)...)
 }

@@ -42,7 +42,7 @@ type Box struct {
 // exist yet. On any error New removes what it created. The caller must
 // call Destroy (or Recycle). On cgroup v1 New may instead hand out a spare:
 // the directories of an earlier box with the same limits that Recycle kept,
-// under that box's name (see Recycle).
+// renamed name (see Recycle).
 func New(name string, lim Limits) (*Box, error) {
 	h, err := current()
 	if err != nil {
@@ -58,7 +58,7 @@ func (h *host) newBox(name string, lim Limits) (*Box, error) {
 	if err := lim.validate(); err != nil {
 		return nil, err
 	}
-	if b := h.takeSpare(lim); b != nil {
+	if b := h.takeSpare(lim, name); b != nil {
 		return b, nil
 	}
 	for attempt := 0; ; attempt++ {

@@ -62,6 +62,11 @@ type Limits struct {
 	CPUs float64
 }
 
+// SparePrefix begins the name of a kept box's directories (Box.Recycle):
+// "spare-box-<pid>-...". Sweep removes them as it removes boxes, by the owner
+// pid in the name.
+const SparePrefix = "spare-"
+
 // cpuPeriod is the CFS period in microseconds (100 ms).
 const cpuPeriod = 100000
 

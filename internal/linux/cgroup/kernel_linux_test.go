@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"runtime"
 	"slices"
 	"strings"
@@ -663,11 +664,12 @@ func cgroupLine(text, c string) string {
 	return ""
 }
 
-// TestKernelRecycle: on cgroup v1 an emptied box's directories are kept and
-// handed to the next box with the same limits, its counters starting again and
-// the old holder unable to touch it; a box that still holds a process is
-// destroyed instead, other limits get directories of their own, and
-// DestroySpares removes what is kept. On v2 Recycle destroys.
+// TestKernelRecycle: on cgroup v1 an emptied box's directories are kept
+// (renamed SparePrefix+name) and handed, renamed again, to the next box with the
+// same limits, its counters starting again and the old holder unable to touch
+// it; a box that still holds a process is destroyed instead, other limits get
+// directories of their own, DestroySpares removes what is kept, and Sweep removes
+// a dead owner's kept box. On v2 Recycle destroys.
 func TestKernelRecycle(t *testing.T) {
 	requireKernel(t)
 	python := requirePython(t)
@@ -684,8 +686,27 @@ func TestKernelRecycle(t *testing.T) {
 		}
 		return true
 	}
+	inodes := func(dirs []string) []uint64 {
+		var out []uint64
+		for _, d := range dirs {
+			var st unix.Stat_t
+			if err := unix.Stat(d, &st); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, st.Ino)
+		}
+		return out
+	}
+	spareDirs := func(dirs []string, name string) []string {
+		var out []string
+		for _, d := range dirs {
+			out = append(out, path.Join(path.Dir(d), SparePrefix+name))
+		}
+		return out
+	}
 	lim := Limits{MemoryBytes: 32 << 20, Pids: 16, CPUs: 1}
-	a, err := New(boxName(t), lim)
+	aName := boxName(t)
+	a, err := New(aName, lim)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -695,29 +716,30 @@ func TestKernelRecycle(t *testing.T) {
 	if err != nil || used.OOMKills < 1 || used.PeakMemoryBytes < 16<<20 {
 		t.Fatalf("the first box's stats %+v (%v), want an OOM kill and a peak over 16 MiB", used, err)
 	}
-	dirs := a.Dirs()
+	dirs, ino := a.Dirs(), inodes(a.Dirs())
 	if err := a.Recycle(); err != nil {
 		t.Fatalf("Recycle: %v", err)
 	}
 	if Detect().Version != V1 {
-		if !gone(dirs) {
+		if !gone(dirs) || !gone(spareDirs(dirs, aName)) {
 			t.Fatalf("Recycle on %v left %v", Detect().Version, dirs)
 		}
 		return
 	}
-	if gone(dirs) {
-		t.Fatal("Recycle removed an empty v1 box")
+	if !gone(dirs) || !slices.Equal(inodes(spareDirs(dirs, aName)), ino) {
+		t.Fatalf("Recycle did not keep %v as %s%s", dirs, SparePrefix, aName)
 	}
 	if _, err := a.Stats(); !errors.Is(err, ErrDestroyed) {
 		t.Errorf("Stats after Recycle = %v, want ErrDestroyed", err)
 	}
 
-	b, err := New(boxName(t)+"b", lim)
+	bName := boxName(t)
+	b, err := New(bName, lim)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(b.Dirs(), dirs) {
-		t.Fatalf("New after Recycle made %v, want the kept %v", b.Dirs(), dirs)
+	if !slices.Equal(inodes(b.Dirs()), ino) || path.Base(b.Dirs()[0]) != bName || !gone(spareDirs(dirs, aName)) {
+		t.Fatalf("New after Recycle made %v, want the kept directories renamed %s", b.Dirs(), bName)
 	}
 	fresh, err := b.Stats()
 	if err != nil || fresh.OOMKills != 0 || fresh.PeakMemoryBytes >= used.PeakMemoryBytes/4 || fresh.CPUUsage >= used.CPUUsage {
@@ -740,42 +762,70 @@ func TestKernelRecycle(t *testing.T) {
 		t.Fatalf("the old holder's Destroy or Kill reached the new box (procs %v)", pids)
 	}
 	// A box still holding a process is destroyed, the process with it.
+	bDirs := b.Dirs()
 	if err := b.Recycle(); err != nil {
 		t.Fatalf("Recycle of a live box: %v", err)
 	}
-	if !gone(dirs) {
-		t.Errorf("Recycle kept a box that held a process: %v", dirs)
+	if !gone(bDirs) || !gone(spareDirs(bDirs, bName)) {
+		t.Errorf("Recycle kept a box that held a process: %v", bDirs)
 	}
 	if err := sleeper.Wait(); err == nil {
 		t.Error("the live box's process survived its Recycle")
 	}
 
 	// Other limits: directories of their own; DestroySpares removes the kept ones.
-	c, err := New(boxName(t)+"c", lim)
+	cName := boxName(t)
+	c, err := New(cName, lim)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := New(boxName(t)+"d", Limits{MemoryBytes: 48 << 20, Pids: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := Limits{MemoryBytes: 48 << 20, Pids: 16}
 	if err := c.Recycle(); err != nil {
 		t.Fatal(err)
 	}
-	kept := c.Dirs()
-	if d, err := New(boxName(t)+"e", Limits{MemoryBytes: 48 << 20, Pids: 16}); err != nil {
+	kept := spareDirs(c.Dirs(), cName)
+	d, err := New(boxName(t), other)
+	if err != nil {
 		t.Fatal(err)
-	} else {
-		if slices.Equal(d.Dirs(), kept) {
-			t.Error("a box with other limits got the kept directories")
-		}
-		_ = d.Destroy()
 	}
-	_ = other.Destroy()
+	if gone(kept) || slices.Equal(inodes(d.Dirs()), inodes(kept)) {
+		t.Error("a box with other limits took the kept directories")
+	}
+	_ = d.Destroy()
 	if err := DestroySpares(); err != nil {
 		t.Fatal(err)
 	}
 	if !gone(kept) {
 		t.Errorf("DestroySpares left %v", kept)
 	}
+
+	// A kept box whose owner is gone is swept like its boxes.
+	dead := fmt.Sprintf("box-%d-%s", 1<<30, "5ba7e")
+	e, err := New(dead, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Recycle(); err != nil {
+		t.Fatal(err)
+	}
+	kept = spareDirs(e.Dirs(), dead)
+	if gone(kept) {
+		t.Fatalf("Recycle did not keep %v", kept)
+	}
+	if n, err := Sweep(); err != nil || n < 1 || !gone(kept) {
+		t.Errorf("Sweep = %d, %v; kept box of a dead owner left: %v", n, err, !gone(kept))
+	}
+	if b := h0(t).takeSpare(lim, boxName(t)); b != nil {
+		t.Errorf("a swept spare was still handed out: %v", b.Dirs())
+		_ = b.Destroy()
+	}
+}
+
+func h0(t *testing.T) *host {
+	t.Helper()
+	h, err := current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }

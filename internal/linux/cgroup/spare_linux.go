@@ -3,14 +3,19 @@ package cgroup
 import (
 	"errors"
 	"io/fs"
-	"os"
+	"path"
+
+	"golang.org/x/sys/unix"
 )
 
 // Spares: on cgroup v1 a box's cgroup is a directory in each of up to five
 // hierarchies, and making and removing them (mkdir, the limit files, rmdir, and
 // the kernel's freeing of each controller's state afterwards) was about a quarter
 // of the server's CPU per pooled execution. Recycle keeps an emptied box's
-// directories, reset, for the next box with the same limits instead.
+// directories, reset, for the next box with the same limits instead. A kept
+// box's directories are renamed SparePrefix+its name, so that what counts a
+// server's boxes does not count them, and back to the next box's name when New
+// hands them out (renaming a v1 cgroup is cheap: no controller state changes).
 const (
 	// maxSpares bounds the directories kept: a server's boxes end and start at
 	// about the same rate, so a few cover the gap.
@@ -22,7 +27,8 @@ const (
 )
 
 // Recycle ends b's use as Destroy does, but on cgroup v1 keeps its directories,
-// reset, as a spare that New hands to a later box with the same limits: when b
+// reset and renamed (SparePrefix), as a spare that New hands to a later box with
+// the same limits, under that box's name: when b
 // holds no process (pids.current is 0), used no freezer and holds at most
 // maxSpareResidue of memory, and fewer than maxSpares are kept. Reset means its
 // CPU and peak memory counters start again (cpuacct.usage and
@@ -77,9 +83,41 @@ func (b *Box) spare() *Box {
 			return nil
 		}
 	}
+	name := SparePrefix + b.name
+	dirs, ctl, err := renameDirs(b.dirs, b.ctl, name)
+	if err != nil {
+		b.dirs, b.ctl = dirs, ctl // where they are now, for Destroy
+		return nil
+	}
 	b.destroyed = true
-	return &Box{name: b.name, version: b.version, dirs: b.dirs, ctl: b.ctl, controllers: b.controllers,
+	return &Box{name: name, version: b.version, dirs: dirs, ctl: ctl, controllers: b.controllers,
 		ops: b.ops, lim: b.lim, oomBase: max(oom, 0), fd: -1}
+}
+
+// renameDirs renames each of dirs to name in its own parent and returns the
+// directories and the controller map as they are after it: when a rename
+// fails, those before it are renamed and the rest are not.
+func renameDirs(dirs []string, ctl map[string]string, name string) ([]string, map[string]string, error) {
+	moved := make(map[string]string, len(dirs))
+	out := make([]string, len(dirs))
+	var err error
+	for i, d := range dirs {
+		out[i] = d
+		if err == nil {
+			nd := path.Join(path.Dir(d), name)
+			if err = unix.Rename(d, nd); err == nil {
+				out[i], moved[d] = nd, nd
+			}
+		}
+	}
+	newCtl := make(map[string]string, len(ctl))
+	for c, d := range ctl {
+		if nd, ok := moved[d]; ok {
+			d = nd
+		}
+		newCtl[c] = d
+	}
+	return out, newCtl, err
 }
 
 // keepSpare adds b to the spares unless maxSpares are kept.
@@ -97,9 +135,10 @@ func (h *host) keepSpare(b *Box) bool {
 	return true
 }
 
-// takeSpare returns a kept box with limits lim whose directories still exist
-// (one removed behind our back is dropped), or nil.
-func (h *host) takeSpare(lim Limits) *Box {
+// takeSpare returns a kept box with limits lim, its directories renamed name,
+// or nil. One whose directories cannot be renamed (removed behind our back) is
+// destroyed.
+func (h *host) takeSpare(lim Limits, name string) *Box {
 	for {
 		h.mu.Lock()
 		list := h.spares[lim]
@@ -111,20 +150,14 @@ func (h *host) takeSpare(lim Limits) *Box {
 		h.spares[lim] = list[:len(list)-1]
 		h.nspares--
 		h.mu.Unlock()
-		if spareIntact(b) {
+		dirs, ctl, err := renameDirs(b.dirs, b.ctl, name)
+		b.dirs, b.ctl = dirs, ctl
+		if err == nil {
+			b.name = name
 			return b
 		}
 		_ = b.Destroy() // what is left of it
 	}
-}
-
-func spareIntact(b *Box) bool {
-	for _, d := range b.dirs {
-		if _, err := os.Stat(d); err != nil {
-			return false
-		}
-	}
-	return true
 }
 
 // DestroySpares removes every spare Recycle kept; a server calls it as it ends.

@@ -12,7 +12,8 @@ import (
 )
 
 // Sweep removes leftover boxes of crashed earlier runs: every directory
-// under the moat parent named "box-<pid>-..." whose <pid> is not a
+// under the moat parent named "box-<pid>-..." (or "spare-box-<pid>-...",
+// a kept box: Recycle) whose <pid> is not a
 // running process in our pid namespace. It kills what still runs there
 // first (a crash can leave untrusted processes behind) and removes the
 // box in every hierarchy it is found in, so half-created v1 boxes go
@@ -108,11 +109,11 @@ func Remove(name string) error {
 	return b.Destroy()
 }
 
-// OwnerGone reports whether name is "box-<pid>-<suffix>" and no process
-// <pid> exists. A zombie or a process we may not signal counts as alive.
+// OwnerGone reports whether name is "box-<pid>-<suffix>" (or a kept box's,
+// SparePrefix and that) and no process <pid> exists. A zombie or a process we may not signal counts as alive.
 // Sweep uses it for cgroups; the gvisor backend for its sandboxes' state.
 func OwnerGone(name string) bool {
-	rest, ok := strings.CutPrefix(name, "box-")
+	rest, ok := strings.CutPrefix(strings.TrimPrefix(name, SparePrefix), "box-")
 	if !ok {
 		return false
 	}
