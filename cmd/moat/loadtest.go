@@ -874,15 +874,22 @@ func leftovers(serverPID int) []string {
 				strings.Join(ids, " "), strings.Join(strings.Fields(string(cg)), " ")))
 		}
 	}
+	return append(out, moatCgroups(mark)...)
+}
+
+// moatCgroups lists, as "cgroup PATH", the directories under a "moat" parent in
+// /sys/fs/cgroup whose names begin with prefix.
+func moatCgroups(prefix string) []string {
+	var out []string
 	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
 			return nil
 		}
-		if strings.HasPrefix(d.Name(), "box-") {
-			if strings.HasPrefix(d.Name(), mark) && filepath.Base(filepath.Dir(p)) == "moat" {
+		if filepath.Base(filepath.Dir(p)) == "moat" {
+			if strings.HasPrefix(d.Name(), prefix) {
 				out = append(out, "cgroup "+p)
 			}
-			return filepath.SkipDir
+			return filepath.SkipDir // a box's, or a kept one's: nothing of ours below
 		}
 		if strings.Count(p, "/") > 12 {
 			return filepath.SkipDir
@@ -896,22 +903,7 @@ func leftovers(serverPID int) []string {
 // (named cgroup.SparePrefix+"box-<serverPID>-..."): while it runs, a few, as many
 // as the boxes that ended before the next began; once it has shut down, none.
 func spareCgroups(serverPID int) []string {
-	mark := fmt.Sprintf("%sbox-%d-", cgroup.SparePrefix, serverPID)
-	var out []string
-	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return nil
-		}
-		if strings.HasPrefix(d.Name(), mark) && filepath.Base(filepath.Dir(p)) == "moat" {
-			out = append(out, "cgroup "+p)
-			return filepath.SkipDir
-		}
-		if strings.Count(p, "/") > 12 {
-			return filepath.SkipDir
-		}
-		return nil
-	})
-	return out
+	return moatCgroups(fmt.Sprintf("%sbox-%d-", cgroup.SparePrefix, serverPID))
 }
 
 // procField returns the values of a field of /proc/<pid>/status.
