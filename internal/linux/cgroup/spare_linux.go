@@ -28,9 +28,9 @@ const (
 
 // Recycle ends b's use as Destroy does, but on cgroup v1 keeps its directories,
 // reset and renamed (SparePrefix), as a spare that New hands to a later box with
-// the same limits, under that box's name: when b
-// holds no process (pids.current is 0), used no freezer and holds at most
-// maxSpareResidue of memory, and fewer than maxSpares are kept. Reset means its
+// the same limits, under that box's name: when b holds no process (pids.current
+// is 0), used no freezer and holds at most maxSpareResidue of memory, and fewer
+// than maxSpares are kept. Reset means its
 // CPU and peak memory counters start again (cpuacct.usage and
 // memory.max_usage_in_bytes, written 0: the peak restarts from what the box still
 // holds) and Stats counts OOM kills from the count it had. Otherwise, and on v2
@@ -55,8 +55,10 @@ func (b *Box) Recycle() error {
 	return nil
 }
 
-// spare resets b's directories for another box and returns a new Box for them,
-// marking b destroyed; nil, changing nothing, when they cannot be kept.
+// spare resets b's directories for another box, renames them and returns a new
+// Box for them, marking b destroyed; nil when they cannot be kept (b is then as
+// it was but for counters reset, where its directories are now: the caller
+// destroys it).
 func (b *Box) spare() *Box {
 	b.mu.Lock()
 	defer b.mu.Unlock()
