@@ -172,10 +172,9 @@ def _prepare(cfg):
     that this kernel has (a box's /proc is a fresh mount of the same kernel's);
     cap_last_cap; the seccomp filters as ready sock_fprog structures; the hello
     frame; capset's arguments. (What a J writes to is its own copy.)"""
-    cfg['masked'] = [p for p in (b'/proc/' + n.encode() for n in cfg['proc_masked'])
-                     if os.path.lexists(p)]
-    cfg['read_only'] = [p for p in (b'/proc/' + n.encode() for n in cfg['proc_read_only'])
-                        if os.path.lexists(p)]
+    def present(names):
+        return [p for p in (b'/proc/' + n.encode() for n in names) if os.path.lexists(p)]
+    cfg['masked'], cfg['read_only'] = present(cfg['proc_masked']), present(cfg['proc_read_only'])
     with open('/proc/sys/kernel/cap_last_cap', 'rb') as fh:
         cfg['cap_last_cap'] = int(fh.read())
     cfg['fprogs'] = _seccomp_programs(bytes.fromhex(cfg['seccomp']))

@@ -565,12 +565,8 @@ func searchProgram(p bpfseccomp.Policy, blocks map[string][]bpf.Instruction) ([]
 			if !ok {
 				return nil, fmt.Errorf("unknown syscall %q on %s", name, info.Name)
 			}
-			a := g.Action
-			if a == bpfseccomp.ActionErrno {
-				a = actionEPERM
-			}
 			if _, seen := actions[uint32(nr)]; !seen { // the first group naming it decides, as in the chain
-				actions[uint32(nr)] = a
+				actions[uint32(nr)] = retAction(g.Action)
 			}
 		}
 	}
@@ -607,10 +603,7 @@ func searchProgram(p bpfseccomp.Policy, blocks map[string][]bpf.Instruction) ([]
 			runs = runs[:n-1]
 		}
 	}
-	fallback := p.DefaultAction
-	if fallback == bpfseccomp.ActionErrno {
-		fallback = actionEPERM // what go-seccomp-bpf returns for a bare errno action
-	}
+	fallback := retAction(p.DefaultAction)
 	set(0, fallback, -1)
 	for _, nr := range nrs {
 		block, ok := blockOf[nr]
@@ -647,6 +640,15 @@ func searchProgram(p bpfseccomp.Policy, blocks map[string][]bpf.Instruction) ([]
 		return nil, fmt.Errorf("search program of %d instructions, more than %d", len(prog), bpfMaxInsns)
 	}
 	return prog, nil
+}
+
+// retAction is what a program returns for action a: go-seccomp-bpf returns
+// EPERM for a bare errno action.
+func retAction(a bpfseccomp.Action) bpfseccomp.Action {
+	if a == bpfseccomp.ActionErrno {
+		return actionEPERM
+	}
+	return a
 }
 
 type actionRun struct {

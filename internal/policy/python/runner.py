@@ -2131,8 +2131,8 @@ def _prepare_session(p, runner_dir, policy_path, preload=()):
     object it touches (such as each builtin the fresh builtins dict refers to) is on a
     page the box shares with the zygote until written. Nothing in it has served any call: a
     box gets its own copy, as untouched as one made in the box."""
-    import _signal, linecache, traceback  # noqa: F401 (the runner's own, before the hook)
-    del traceback  # imported for _show_error
+    import traceback  # the runner's own (for _show_error), before the hook
+    del traceback
     _preload(preload)
     mod = _main_module(p, None)
     path = [d for d in sys.path if d not in ('', runner_dir)]  # the working directory comes first
