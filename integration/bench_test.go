@@ -54,6 +54,11 @@ type benchReport struct {
 		PrivateMiB float64 `json:"private_mib"`
 		Error      string  `json:"error"`
 	} `json:"memory"`
+	ColdFloor struct {
+		FloorMS float64 `json:"floor_ms"`
+		Ratio   float64 `json:"ratio"`
+		RestMS  float64 `json:"rest_ms"`
+	} `json:"cold_floor"`
 	Policy []struct {
 		Name string `json:"name"`
 	} `json:"policy"`
@@ -147,8 +152,11 @@ func TestBenchShort(t *testing.T) {
 			t.Errorf("%s: %d rows, want %d (%v)", table, len(rows), len(ids), ids)
 		}
 	}
-	checkRows("latency", rep.Latency, "bare", "bwrap", "run_cold", "run_docker", "run_gvisor",
+	checkRows("latency", rep.Latency, "bare", "bwrap", "run_cold", "moat_start", "runner_alone", "run_docker", "run_gvisor",
 		"api_pool", "api_nopool", "session", "api_pool_docker")
+	if f := rep.ColdFloor; f.FloorMS <= 0 || f.Ratio <= 0 || f.RestMS <= 0 {
+		t.Errorf("cold floor %+v, want measured (the floor and the rest positive)", f)
+	}
 	for _, r := range rep.Latency {
 		if r.Runs > 0 && (r.Ratio <= 0 || math.IsInf(r.Ratio, 0) || math.IsNaN(r.Ratio)) {
 			t.Errorf("latency %s: ratio %v to bare python3", r.ID, r.Ratio)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -60,6 +61,12 @@ const (
 
 // benchNoPandas is why the pandas rows are skipped when python3 cannot import it.
 const benchNoPandas = "pandas not installed for " + benchPython + " (apt-get install python3-pandas)"
+
+// The names of the two parts of a cold `moat run` measured alone (printCases).
+const (
+	benchMoatStart   = "moat's own start and exit alone (`moat --version`)"
+	benchRunnerAlone = "the Python runner alone, no box (`python3 -u -I -S runner.pyc`, profile default)"
+)
 
 // Settings of a run that are not flags.
 const (
@@ -142,11 +149,18 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 
 	progress("print(1): %d runs per case", *n)
 	part("print(1)")
-	cases, skipped := printCases(self, srv)
+	rd, err := newRunnerDir(map[string][]byte{"main.py": []byte("print(1)\n")})
+	if err != nil {
+		rep.failed("the runner with no box: %v", err)
+	} else {
+		defer rd.remove()
+	}
+	cases, skipped := printCases(self, srv, rd)
 	rep.Latency = measure(ctx, cases, *n, warmups)
 	rep.Latency = append(rep.Latency, skipped...)
 	srv.poolHits(rep.Latency)
 	ratios(rep.Latency)
+	rep.ColdFloor, _ = coldFloorOf(rep.Latency)
 	srv.stopDocker()
 
 	if pandasErr == nil {
@@ -245,8 +259,11 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// printCases are the print(1) cases: processes, then the API's.
-func printCases(self string, srv *benchServers) (cases []benchCase, skipped []benchRow) {
+// printCases are the print(1) cases: processes, then the API's. Beside the cold
+// `moat run`, the two parts of it that no box makes cheaper, each alone: moat's own
+// start and exit, and the Python runner run on this host with no box (rd, nil when
+// it could not be laid out: that row is then skipped).
+func printCases(self string, srv *benchServers, rd *runnerDir) (cases []benchCase, skipped []benchRow) {
 	cases = append(cases, procCase("bare", "bare `python3 -c 'print(1)'`", "1\n", func() *exec.Cmd {
 		return exec.Command(benchPython, "-c", "print(1)")
 	}))
@@ -259,7 +276,15 @@ func printCases(self string, srv *benchServers) (cases []benchCase, skipped []be
 	} else {
 		skipped = append(skipped, benchRow{ID: "bwrap", Name: "bubblewrap, all namespaces", Skipped: "bwrap not installed (apt-get install bubblewrap)"})
 	}
-	cases = append(cases, moatRunCase(self, "run_cold", "`moat run` cold (native)", "print(1)", "1\n"))
+	cases = append(cases, moatRunCase(self, "run_cold", "`moat run` cold (native)", "print(1)", "1\n"),
+		procCase("moat_start", benchMoatStart, "", func() *exec.Cmd { return exec.Command(self, "--version") }))
+	if rd != nil {
+		cases = append(cases, procCase("runner_alone", benchRunnerAlone, "1\n", func() *exec.Cmd {
+			return rd.command("policy.json", filepath.Join(rd.dir, "main.py"))
+		}))
+	} else {
+		skipped = append(skipped, benchRow{ID: "runner_alone", Name: benchRunnerAlone, Skipped: "the runner's files could not be laid out"})
+	}
 	for _, name := range []string{config.BackendDocker, config.BackendGVisor} {
 		id, title := "run_"+name, "`moat run --backend "+name+"` cold"
 		if err := backendAvailable(srv.ctx, name); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/engine"
 	"github.com/moat-sandbox/moat/internal/policy"
 	"github.com/moat-sandbox/moat/internal/policy/python"
 )
@@ -19,35 +21,12 @@ import (
 // python3, and the shell checker on a 100-line script. Both are reported as a share of
 // the median `moat run` of print(1) measured in the same bench run.
 func policyCost(n int, moatRun time.Duration) ([]policyRow, error) {
-	eng, err := newEngine("")
+	rd, err := newRunnerDir(map[string][]byte{"script.py": []byte(pythonScript(300))})
 	if err != nil {
 		return nil, err
 	}
-	doc, err := eng.PolicyDocument("default")
-	if err != nil {
-		return nil, err
-	}
-	strictDoc, err := eng.PolicyDocument("strict")
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "moat-bench-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	runner := "runner.py"
-	files := map[string][]byte{"runner.py": python.Runner, "policy.json": doc, "strict.json": strictDoc, "script.py": []byte(pythonScript(300))}
-	if pyc := eng.CompiledRunner(); pyc != nil {
-		runner = "runner.pyc" // what boxes start
-		files[runner] = pyc
-	}
-	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			return nil, err
-		}
-	}
-	script := filepath.Join(dir, "script.py")
+	defer rd.remove()
+	script := filepath.Join(rd.dir, "script.py")
 	// The same interpreter and flags as the runner's (python.Interpreter), running the
 	// script itself: the difference is the runner alone (its stand-in for site too).
 	bare := func() *exec.Cmd {
@@ -55,10 +34,7 @@ func policyCost(n int, moatRun time.Duration) ([]policyRow, error) {
 		return exec.Command(argv[0], argv[1:]...)
 	}
 	withPolicy := func(doc string) func() *exec.Cmd {
-		return func() *exec.Cmd {
-			argv := append(python.Interpreter(filepath.Join(dir, runner)), "--policy", filepath.Join(dir, doc), script)
-			return exec.Command(argv[0], argv[1:]...)
-		}
+		return func() *exec.Cmd { return rd.command(doc, script) }
 	}
 	rows := measure(context.Background(), []benchCase{
 		procCase("bare", "bare", "", bare), procCase("default", "runner default", "", withPolicy("policy.json")),
@@ -72,7 +48,7 @@ func policyCost(n int, moatRun time.Duration) ([]policyRow, error) {
 	p50 := func(r benchRow) time.Duration { return pct(r.times, 50) }
 	pyCost, strictCost := p50(rows[1])-p50(rows[0]), p50(rows[2])-p50(rows[0])
 
-	rules, err := eng.ShellRules("strict")
+	rules, err := rd.eng.ShellRules("strict")
 	if err != nil {
 		return nil, err
 	}
@@ -97,6 +73,54 @@ func policyCost(n int, moatRun time.Duration) ([]policyRow, error) {
 		row("shell checker, 100-line script, profile strict", shCost),
 	}, nil
 }
+
+// runnerDir is, in a temporary directory, what a box's /.moat holds for Python: the
+// runner as boxes start it (compiled when it can be), the default and strict
+// policies (policy.json, strict.json), and the caller's files; for running the runner
+// on this host, with no box.
+type runnerDir struct {
+	eng         *engine.Engine
+	dir, runner string // runner is the runner's path
+}
+
+func newRunnerDir(extra map[string][]byte) (*runnerDir, error) {
+	eng, err := newEngine("")
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{"runner.py": python.Runner}
+	for name, profile := range map[string]string{"policy.json": "default", "strict.json": "strict"} {
+		if files[name], err = eng.PolicyDocument(profile); err != nil {
+			return nil, err
+		}
+	}
+	runner := "runner.py"
+	if pyc := eng.CompiledRunner(); pyc != nil {
+		runner = "runner.pyc" // what boxes start
+		files[runner] = pyc
+	}
+	maps.Copy(files, extra)
+	dir, err := os.MkdirTemp("", "moat-bench-")
+	if err != nil {
+		return nil, err
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	return &runnerDir{eng: eng, dir: dir, runner: filepath.Join(dir, runner)}, nil
+}
+
+// command runs the runner as a box starts it (python.Interpreter) on code (a path)
+// with the policy file doc of the directory.
+func (r *runnerDir) command(doc, code string) *exec.Cmd {
+	argv := append(python.Interpreter(r.runner), "--policy", filepath.Join(r.dir, doc), code)
+	return exec.Command(argv[0], argv[1:]...)
+}
+
+func (r *runnerDir) remove() { os.RemoveAll(r.dir) }
 
 // pythonScript returns a realistic benign script of about n lines: classes, functions,
 // comprehensions, string and math work.

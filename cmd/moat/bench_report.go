@@ -32,8 +32,11 @@ type benchReport struct {
 	Throughput []throughputRow `json:"throughput"`
 	Memory     []memoryRow     `json:"memory"`
 	Policy     []policyRow     `json:"policy"`
-	Flood      floodResult     `json:"flood"`
-	Egress     egressReport    `json:"egress"`
+	// ColdFloor is what a cold `moat run` costs at least in this design (zero when
+	// its parts were not measured).
+	ColdFloor coldFloor    `json:"cold_floor"`
+	Flood     floodResult  `json:"flood"`
+	Egress    egressReport `json:"egress"`
 	// Failures lists what could not be measured; the exit status is 1 when any.
 	Failures []string `json:"failures"`
 }
@@ -109,6 +112,32 @@ type policyRow struct {
 	Share float64 `json:"share_pct"`
 }
 
+// coldFloor is the floor of a cold `moat run` of print(1): moat's own start and exit
+// plus the Python runner with no box, which no isolation can make cheaper, against
+// the same run's bare python3; and what the rest of the cold run took (the box, the
+// engine, the audit trail).
+type coldFloor struct {
+	FloorMS float64 `json:"floor_ms"`
+	Ratio   float64 `json:"ratio"` // FloorMS over bare python3's p50
+	RestMS  float64 `json:"rest_ms"`
+}
+
+// coldFloorOf computes the floor from the print(1) rows; ok is false when a row it
+// needs was not measured.
+func coldFloorOf(rows []benchRow) (f coldFloor, ok bool) {
+	bare, cold := rowByID(rows, "bare"), rowByID(rows, "run_cold")
+	start, runner := rowByID(rows, "moat_start"), rowByID(rows, "runner_alone")
+	for _, r := range []benchRow{bare, cold, start, runner} {
+		if r.Runs == 0 || r.P50MS <= 0 {
+			return coldFloor{}, false
+		}
+	}
+	f.FloorMS = round(start.P50MS+runner.P50MS, 100)
+	f.Ratio = round(f.FloorMS/bare.P50MS, 1000)
+	f.RestMS = round(cold.P50MS-f.FloorMS, 100)
+	return f, true
+}
+
 // floodResult is moat's own peak RSS while a box floods its output.
 type floodResult struct {
 	Status     string  `json:"status"`
@@ -178,6 +207,12 @@ func writeBenchReport(w io.Writer, r *benchReport) {
 		strings.Join(loads, "; "), r.LoadAfter)
 
 	latencyTable(w, "case", "bare python3", r.Latency)
+	if f := r.ColdFloor; f.FloorMS > 0 {
+		fmt.Fprintf(w, "\nA cold `moat run` costs at least moat's own start and exit plus the Python runner, "+
+			"the two rows measured alone above: %s, %s bare python3 before any isolation. "+
+			"The box (namespaces, mounts, cgroup, its init, seccomp, Landlock, teardown), the engine and the audit trail "+
+			"took the other %s of the cold run's p50.\n", fmtMS(f.FloorMS), ratio(f.Ratio), fmtMS(f.RestMS))
+	}
 	fmt.Fprintf(w, "\nAPI cases run against a `moat serve` started by the bench (pool %s) and one with the pool off, "+
 		"serially; after each warm-pool run the bench waits until the pool is full again (its /metrics), "+
 		"so every run finds the pool as an idle server has it. Pool hits and misses are the server's own counters. "+

@@ -189,6 +189,39 @@ func TestBenchReport(t *testing.T) {
 	}
 }
 
+// TestBenchColdFloor: the floor of a cold moat run is moat's start plus the runner
+// alone, against bare python3, and the report says it; without every part measured
+// there is none.
+func TestBenchColdFloor(t *testing.T) {
+	rows := []benchRow{
+		{ID: "bare", Runs: 5, P50MS: 10},
+		{ID: "run_cold", Runs: 5, P50MS: 30},
+		{ID: "moat_start", Runs: 5, P50MS: 4.25},
+		{ID: "runner_alone", Runs: 5, P50MS: 8.5},
+	}
+	f, ok := coldFloorOf(rows)
+	if !ok || f.FloorMS != 12.75 || f.Ratio != 1.275 || f.RestMS != 17.25 {
+		t.Fatalf("floor %+v (%v), want 12.75 ms, 1.275×, rest 17.25 ms", f, ok)
+	}
+	var md bytes.Buffer
+	writeBenchReport(&md, &benchReport{Latency: rows, ColdFloor: f})
+	if want := "the two rows measured alone above: 12.8 ms, 1.27× bare python3 before any isolation"; !strings.Contains(md.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, md.String())
+	}
+	if want := "took the other 17.2 ms"; !strings.Contains(md.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, md.String())
+	}
+	rows[3] = benchRow{ID: "runner_alone", Skipped: "no runner"}
+	if f, ok := coldFloorOf(rows); ok || f != (coldFloor{}) {
+		t.Errorf("floor %+v without the runner measured, want none", f)
+	}
+	md.Reset()
+	writeBenchReport(&md, &benchReport{Latency: rows})
+	if strings.Contains(md.String(), "costs at least") {
+		t.Errorf("report states a floor that was not measured:\n%s", md.String())
+	}
+}
+
 // TestBenchBackendsUnavailable: with no daemon and no runsc, the docker and gvisor rows of the
 // print(1) table are skipped, each saying why, and no case is made for them.
 func TestBenchBackendsUnavailable(t *testing.T) {
@@ -201,7 +234,7 @@ func TestBenchBackendsUnavailable(t *testing.T) {
 	}
 	down := errors.New("down")
 	srv := &benchServers{ctx: context.Background(), poolErr: down, nopoolErr: down, dockerSkip: "no daemon"}
-	cases, skipped := printCases("/nonexistent/moat", srv)
+	cases, skipped := printCases("/nonexistent/moat", srv, nil)
 	for _, c := range cases {
 		if strings.Contains(c.id, "docker") || strings.Contains(c.id, "gvisor") {
 			t.Errorf("case %s made for an unavailable backend", c.id)
@@ -211,7 +244,7 @@ func TestBenchBackendsUnavailable(t *testing.T) {
 	for _, r := range skipped {
 		got[r.ID] = r.Skipped
 	}
-	for _, id := range []string{"run_docker", "run_gvisor", "api_pool_docker"} {
+	for _, id := range []string{"run_docker", "run_gvisor", "api_pool_docker", "runner_alone"} {
 		if why := got[id]; why == "" || strings.Contains(why, "\n") {
 			t.Errorf("row %s: skipped %q, want one line saying why", id, why)
 		}
