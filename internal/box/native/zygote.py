@@ -24,6 +24,7 @@ Processes:
 import _signal
 import ctypes
 import fcntl
+import gc
 import json
 import os
 import platform
@@ -128,7 +129,6 @@ def serve(session):
     pidns = os.open('/proc/self/ns/pid', os.O_RDONLY | os.O_CLOEXEC)
     # Every object so far is shared with the boxes, page by page, until written:
     # keep the collector from walking (and so copying) them in each box.
-    import gc
     gc.collect()
     gc.freeze()
     ctl.sendall(b'{"kind":"ready"}')

@@ -767,6 +767,24 @@ print(len(kids), err)
 	}
 }
 
+// TestZygoteModulesOutOfReach: what the zygote imported for itself (ctypes, socket,
+// json...) is not in a box's sys.modules, where the code would find it without an
+// import, which the policy's hook sees; and the box that imports one gets it
+// afresh, as in a box made cold.
+func TestZygoteModulesOutOfReach(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := &Backend{}
+	t.Cleanup(func() { _ = b.Close() }) // after the session's own cleanup
+	s := startZygoteBox(t, t, b, zygoteSpec(box.Limits{}))
+	zygoteOwn := "('ctypes', '_ctypes', 'socket', '_socket', 'json', 'platform', 'fcntl', 'select', 'resource', 'struct', 'array', 'gc')"
+	if out := pyOK(t, s, "import sys\nprint(sorted(n for n in "+zygoteOwn+" if n in sys.modules))"); out != "[]\n" {
+		t.Errorf("the zygote's modules in the box's sys.modules: %s", out)
+	}
+	if out := pyOK(t, s, "import sys, json\nprint(json.dumps({'a': 1}), 'json' in sys.modules)"); out != "{\"a\": 1} True\n" {
+		t.Errorf("import json in the box: %q", out)
+	}
+}
+
 // TestZygoteFailsToStart: a zygote whose interpreter cannot start leaves its spec's
 // boxes to be made cold (a session still starts, and works), is not retried at once,
 // and Close returns with nothing of it left on the host.
