@@ -31,7 +31,8 @@ type Box struct {
 	oomBase int64
 
 	mu        sync.Mutex
-	fd        int // v2 O_PATH descriptor of dirs[0], or -1
+	fd        int       // v2 O_PATH descriptor of dirs[0], or -1
+	counters  *counters // open counter files, from the first Stats on
 	destroyed bool
 	froze     bool // the freezer was used: not kept as a spare
 }
@@ -349,37 +350,21 @@ func (b *Box) FD() (int, bool) {
 func (b *Box) Stats() (Stats, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s := Stats{CPUUsage: -1, PeakMemoryBytes: -1, OOMKills: -1}
 	if b.destroyed {
-		return s, fmt.Errorf("stats of %s: %w", b.name, ErrDestroyed)
+		return Stats{CPUUsage: -1, PeakMemoryBytes: -1, OOMKills: -1}, fmt.Errorf("stats of %s: %w", b.name, ErrDestroyed)
 	}
-	var cpu, peak, oom string
-	if b.version == V2 {
-		d := b.dirs[0]
-		cpu, peak, oom = d+"/cpu.stat", d+"/memory.peak", d+"/memory.events"
-	} else {
-		if d := b.ctl["cpuacct"]; d != "" {
-			cpu = d + "/cpuacct.usage"
+	if b.counters == nil {
+		c, err := b.openCounters()
+		if err != nil {
+			return Stats{CPUUsage: -1, PeakMemoryBytes: -1, OOMKills: -1}, err
 		}
-		peak = b.ctl["memory"] + "/memory.max_usage_in_bytes"
-		oom = b.ctl["memory"] + "/memory.oom_control"
+		b.counters = c
 	}
-	var err error
-	if cpu != "" {
-		if s.CPUUsage, err = ReadCPU(cpu); err != nil {
-			return s, err
-		}
-	}
-	if s.PeakMemoryBytes, err = readStat(peak, ""); err != nil {
-		return s, err
-	}
-	if s.OOMKills, err = ReadOOMKills(oom); err != nil {
-		return s, err
-	}
-	if s.OOMKills >= 0 {
+	s, err := b.counters.stats()
+	if err == nil && s.OOMKills >= 0 {
 		s.OOMKills = max(s.OOMKills-b.oomBase, 0)
 	}
-	return s, nil
+	return s, err
 }
 
 // readStat reads key from a flat-keyed file, or the whole file as one

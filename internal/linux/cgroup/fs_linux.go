@@ -85,6 +85,11 @@ func readInt(path string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return parseInt(b, path)
+}
+
+// parseInt parses the content b of the control file path, one decimal integer.
+func parseInt(b []byte, path string) (int64, error) {
 	v, err := strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("parse %s: %w", path, err)
@@ -100,6 +105,12 @@ func readKey(path, key string) (v int64, ok bool, err error) {
 	if err != nil {
 		return 0, false, err
 	}
+	return parseKey(b, key, path)
+}
+
+// parseKey returns the value of key in the content b of the flat-keyed control
+// file path; ok is false when the key is absent.
+func parseKey(b []byte, key, path string) (v int64, ok bool, err error) {
 	for line := range strings.Lines(string(b)) {
 		k, val, found := strings.Cut(strings.TrimSpace(line), " ")
 		if !found || k != key {

@@ -829,3 +829,51 @@ func h0(t *testing.T) *host {
 	}
 	return h
 }
+
+// TestKernelCountersHeld: Stats keeps the counter files open (read at offset 0 from
+// then on, their values current), a kept box's go with its directories to the next
+// box, and none is left open once every box is destroyed and the spares removed.
+func TestKernelCountersHeld(t *testing.T) {
+	requireKernel(t)
+	openFDs := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	before := openFDs()
+	lim := Limits{MemoryBytes: 32 << 20, Pids: 16, CPUs: 1}
+	for i := range 30 {
+		b, err := New(boxName(t), lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s0, err := b.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := start(t, b, "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
+		if err := cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		s1, err := b.Stats()
+		if err != nil || s1.CPUUsage <= s0.CPUUsage || s1.PeakMemoryBytes <= 0 {
+			t.Fatalf("box %d: stats %+v then %+v (%v), want the CPU its shell used counted", i, s0, s1, err)
+		}
+		if i%2 == 0 {
+			err = b.Destroy()
+		} else {
+			err = b.Recycle()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := DestroySpares(); err != nil {
+		t.Fatal(err)
+	}
+	if after := openFDs(); after != before {
+		t.Errorf("%d fds open before the boxes, %d after", before, after)
+	}
+}

@@ -104,11 +104,15 @@ func (b *Box) removeEmpty() bool {
 	return true
 }
 
-// markDestroyed closes FD's descriptor and marks b destroyed.
+// markDestroyed closes FD's descriptor and the counter files and marks b destroyed.
 func (b *Box) markDestroyed() {
 	if b.fd >= 0 {
 		unix.Close(b.fd)
 		b.fd = -1
+	}
+	if b.counters != nil {
+		b.counters.close()
+		b.counters = nil
 	}
 	b.destroyed = true
 }

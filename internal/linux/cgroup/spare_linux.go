@@ -92,8 +92,11 @@ func (b *Box) spare() *Box {
 		return nil
 	}
 	b.destroyed = true
+	// The counter files go with the directories (their descriptors follow a rename).
+	c := b.counters
+	b.counters = nil
 	return &Box{name: name, version: b.version, dirs: dirs, ctl: ctl, controllers: b.controllers,
-		ops: b.ops, lim: b.lim, oomBase: max(oom, 0), fd: -1}
+		ops: b.ops, lim: b.lim, oomBase: max(oom, 0), fd: -1, counters: c}
 }
 
 // renameDirs renames each of dirs to name in its own parent and returns the

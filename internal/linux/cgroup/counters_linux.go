@@ -1,0 +1,125 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// counters are a box's counter files (CPU, peak memory, OOM kills), opened at its
+// first Stats and read at offset 0 from then on: a box's counters are read before
+// and after each call of a session and at its end, and opening a file by its path
+// (eight components through cgroupfs, two syscalls more) cost more than reading
+// it. A descriptor follows its directory through a spare's renames; Destroy (and a
+// failed keep, through Destroy) closes them.
+type counters struct {
+	cpu, peak, oom counterFile
+}
+
+// counterFile is one open counter file. fd is -1 when the kernel has no such file:
+// its value is then -1, as readStat's.
+type counterFile struct {
+	path string // for errors: the file as it was opened (a spare's has its old name)
+	key  string // the key of a flat-keyed file, "" for one holding a single integer
+	fd   int
+}
+
+// openCounters opens b's counter files (see Stats for which).
+func (b *Box) openCounters() (*counters, error) {
+	var cpu, peak, oom string
+	if b.version == V2 {
+		d := b.dirs[0]
+		cpu, peak, oom = d+"/cpu.stat", d+"/memory.peak", d+"/memory.events"
+	} else {
+		if d := b.ctl["cpuacct"]; d != "" {
+			cpu = d + "/cpuacct.usage"
+		}
+		peak = b.ctl["memory"] + "/memory.max_usage_in_bytes"
+		oom = b.ctl["memory"] + "/memory.oom_control"
+	}
+	c := &counters{cpu: counterFile{path: cpu, fd: -1}, peak: counterFile{path: peak, fd: -1},
+		oom: counterFile{path: oom, key: "oom_kill", fd: -1}}
+	if path.Base(cpu) == "cpu.stat" {
+		c.cpu.key = "usage_usec"
+	}
+	for _, f := range []*counterFile{&c.cpu, &c.peak, &c.oom} {
+		if f.path == "" {
+			continue
+		}
+		fd, err := openRetry(f.path, unix.O_RDONLY|unix.O_CLOEXEC)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			c.close()
+			return nil, fmt.Errorf("read %s: %w", f.path, err)
+		}
+		f.fd = fd
+	}
+	return c, nil
+}
+
+// read returns the counter's value: -1 when the file or its key is not there.
+func (f *counterFile) read() (int64, error) {
+	if f.fd < 0 {
+		return -1, nil
+	}
+	var buf [512]byte
+	n := 0
+	for n < len(buf) {
+		k, err := unix.Pread(f.fd, buf[n:], int64(n))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read %s: %w", f.path, err)
+		}
+		if k == 0 {
+			break
+		}
+		n += k
+	}
+	if n == len(buf) {
+		return 0, fmt.Errorf("read %s: longer than %d bytes", f.path, len(buf))
+	}
+	if f.key == "" {
+		return parseInt(buf[:n], f.path)
+	}
+	v, ok, err := parseKey(buf[:n], f.key, f.path)
+	if err == nil && !ok {
+		return -1, nil
+	}
+	return v, err
+}
+
+// stats reads the three counters into Stats' units (CPU in nanoseconds).
+func (c *counters) stats() (s Stats, err error) {
+	s = Stats{CPUUsage: -1, PeakMemoryBytes: -1, OOMKills: -1}
+	cpu, err := c.cpu.read()
+	if err != nil {
+		return s, err
+	}
+	if cpu >= 0 && c.cpu.key == "usage_usec" {
+		s.CPUUsage = time.Duration(cpu) * time.Microsecond
+	} else {
+		s.CPUUsage = time.Duration(cpu)
+	}
+	if s.PeakMemoryBytes, err = c.peak.read(); err != nil {
+		return s, err
+	}
+	s.OOMKills, err = c.oom.read()
+	return s, err
+}
+
+func (c *counters) close() {
+	for _, f := range []*counterFile{&c.cpu, &c.peak, &c.oom} {
+		if f.fd >= 0 {
+			unix.Close(f.fd)
+			f.fd = -1
+		}
+	}
+}
