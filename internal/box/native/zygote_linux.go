@@ -746,12 +746,11 @@ func (zb *zygoteBox) greet(bp *boxProc) error {
 	// On v1, J moves itself in, through the box's tasks files it gets with the go
 	// frame: a process that moves itself costs no RCU grace period, where AddProc
 	// costs one (~9 ms) for every box (cgroup.EnterThread).
-	var tasks []*os.File
+	var tasks []int // the cgroup's own: passed on, never closed here
 	if cg.Version() == cgroup.V1 {
-		if tasks, err = cg.TaskFiles(); err != nil {
+		if tasks, err = cg.TaskFDs(); err != nil {
 			return fmt.Errorf("open the box's cgroup: %w", err)
 		}
-		defer closeFiles(tasks)
 	} else if err := cg.AddProc(pid); err != nil {
 		return err
 	}
@@ -779,16 +778,8 @@ func (zb *zygoteBox) greet(bp *boxProc) error {
 	if rules >= 0 {
 		fds = append(fds, rules)
 	}
-	for _, f := range tasks {
-		fds = append(fds, int(f.Fd()))
-	}
+	fds = append(fds, tasks...)
 	return sendGo(bp.sock, zygoteGo{Go: true, LandlockABI: abi, Tasks: len(tasks)}, fds)
-}
-
-func closeFiles(files []*os.File) {
-	for _, f := range files {
-		f.Close()
-	}
 }
 
 // helloBufs recycles readHello's buffers (a box's first frame arrives whole).

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -33,6 +32,7 @@ type Box struct {
 	mu        sync.Mutex
 	fd        int       // v2 O_PATH descriptor of dirs[0], or -1
 	counters  *counters // open counter files, from the first Stats on
+	tasks     []int     // v1 tasks files open for writing, from the first TaskFDs on
 	destroyed bool
 	froze     bool // the freezer was used: not kept as a spare
 }
@@ -293,31 +293,38 @@ func (b *Box) EnterThread() (leave func() error, err error) {
 	return leave, nil
 }
 
-// TaskFiles opens, on v1, the tasks file of every directory of the box for writing,
-// for a process of ours that moves itself in: writing "0" to each moves the writing
-// thread (the whole process, if it has one thread) without AddProc's grace period
-// (see EnterThread). The files carry our credentials: whoever holds them can move
-// any process into the box, so they must go only to code we trust, which closes
-// them before anything untrusted runs. The caller closes its own copies. On v2, and
-// after Destroy, TaskFiles fails.
-func (b *Box) TaskFiles() ([]*os.File, error) {
+// TaskFDs returns, on v1, descriptors of the tasks file of every directory of the
+// box, open for writing, for a process of ours that moves itself in: writing "0" to
+// each moves the writing thread (the whole process, if it has one thread) without
+// AddProc's grace period (see EnterThread). The descriptors carry our credentials:
+// whoever holds them can move any process into the box, so they must go only to code
+// we trust, which closes them before anything untrusted runs. The Box owns them: it
+// opens them at the first call, keeps them through a spare's renames (so that a kept
+// box's next holder opens none) and closes them in Destroy; the caller passes them on
+// (SCM_RIGHTS gives the receiver its own) and never closes them. On v2, and after
+// Destroy, TaskFDs fails.
+func (b *Box) TaskFDs() ([]int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.liveV1("open the tasks of"); err != nil {
 		return nil, err
 	}
-	files := make([]*os.File, 0, len(b.dirs))
-	for _, d := range b.dirs {
-		f, err := os.OpenFile(d+"/tasks", os.O_WRONLY, 0)
-		if err != nil {
-			for _, f := range files {
-				f.Close()
-			}
-			return nil, err
-		}
-		files = append(files, f)
+	if b.tasks != nil {
+		return slices.Clone(b.tasks), nil
 	}
-	return files, nil
+	fds := make([]int, 0, len(b.dirs))
+	for _, d := range b.dirs {
+		fd, err := openRetry(d+"/tasks", unix.O_WRONLY|unix.O_CLOEXEC)
+		if err != nil {
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+			return nil, fmt.Errorf("open %s/tasks: %w", d, err)
+		}
+		fds = append(fds, fd)
+	}
+	b.tasks = fds
+	return slices.Clone(fds), nil
 }
 
 // liveV1 says why what (EnterThread, TaskFiles) cannot be done with b, with b.mu

@@ -4,7 +4,6 @@ package cgroup
 
 import (
 	"fmt"
-	"os"
 	"time"
 )
 
@@ -40,8 +39,8 @@ func (b *Box) AddProc(pid int) error { return ErrUnavailable }
 // EnterThread returns ErrUnavailable.
 func (b *Box) EnterThread() (func() error, error) { return nil, ErrUnavailable }
 
-// TaskFiles returns ErrUnavailable.
-func (b *Box) TaskFiles() ([]*os.File, error) { return nil, ErrUnavailable }
+// TaskFDs returns ErrUnavailable.
+func (b *Box) TaskFDs() ([]int, error) { return nil, ErrUnavailable }
 
 // FD returns false.
 func (b *Box) FD() (int, bool) { return -1, false }

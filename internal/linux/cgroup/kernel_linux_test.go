@@ -831,8 +831,9 @@ func h0(t *testing.T) *host {
 }
 
 // TestKernelCountersHeld: Stats keeps the counter files open (read at offset 0 from
-// then on, their values current), a kept box's go with its directories to the next
-// box, and none is left open once every box is destroyed and the spares removed.
+// then on, their values current), and TaskFDs the tasks files (the same each call);
+// a kept box's go with its directories to the next box, and none is left open once
+// every box is destroyed and the spares removed.
 func TestKernelCountersHeld(t *testing.T) {
 	requireKernel(t)
 	openFDs := func() int {
@@ -853,6 +854,13 @@ func TestKernelCountersHeld(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if b.Version() == V1 {
+			fds, err := b.TaskFDs()
+			again, err2 := b.TaskFDs()
+			if err != nil || err2 != nil || len(fds) != len(b.Dirs()) || !slices.Equal(fds, again) {
+				t.Fatalf("box %d: TaskFDs %v (%v), then %v (%v), want one per directory, the same each time", i, fds, err, again, err2)
+			}
+		}
 		cmd := start(t, b, "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
 		if err := cmd.Wait(); err != nil {
 			t.Fatal(err)
@@ -868,6 +876,9 @@ func TestKernelCountersHeld(t *testing.T) {
 		}
 		if err != nil {
 			t.Fatal(err)
+		}
+		if _, err := b.TaskFDs(); err == nil {
+			t.Fatalf("box %d: TaskFDs after its end gave descriptors", i)
 		}
 	}
 	if err := DestroySpares(); err != nil {

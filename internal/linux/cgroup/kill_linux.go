@@ -104,7 +104,8 @@ func (b *Box) removeEmpty() bool {
 	return true
 }
 
-// markDestroyed closes FD's descriptor and the counter files and marks b destroyed.
+// markDestroyed closes FD's descriptor, the counter files and the tasks files and
+// marks b destroyed.
 func (b *Box) markDestroyed() {
 	if b.fd >= 0 {
 		unix.Close(b.fd)
@@ -114,6 +115,10 @@ func (b *Box) markDestroyed() {
 		b.counters.close()
 		b.counters = nil
 	}
+	for _, fd := range b.tasks {
+		unix.Close(fd)
+	}
+	b.tasks = nil
 	b.destroyed = true
 }
 

@@ -92,11 +92,12 @@ func (b *Box) spare() *Box {
 		return nil
 	}
 	b.destroyed = true
-	// The counter files go with the directories (their descriptors follow a rename).
-	c := b.counters
-	b.counters = nil
+	// The counter and tasks files go with the directories (a descriptor follows a
+	// rename).
+	c, tasks := b.counters, b.tasks
+	b.counters, b.tasks = nil, nil
 	return &Box{name: name, version: b.version, dirs: dirs, ctl: ctl, controllers: b.controllers,
-		ops: b.ops, lim: b.lim, oomBase: max(oom, 0), fd: -1, counters: c}
+		ops: b.ops, lim: b.lim, oomBase: max(oom, 0), fd: -1, counters: c, tasks: tasks}
 }
 
 // renameDirs renames each of dirs to name in its own parent and returns the
