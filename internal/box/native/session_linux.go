@@ -147,12 +147,17 @@ func (s *session) begin(ctx context.Context) error {
 	s.stateMu.Lock()
 	s.wakeR, s.wakeW = p[0], p[1]
 	s.stateMu.Unlock()
-	// Fd puts a file in blocking mode: take each fd once, then make it non-blocking.
-	s.outFD, s.errFD, s.repFD = int(s.bp.stdoutR.Fd()), int(s.bp.stderrR.Fd()), int(s.bp.reportR.Fd())
-	for _, fd := range []int{s.outFD, s.errFD, s.repFD} {
-		if err := unix.SetNonblock(fd, true); err != nil {
-			return os.NewSyscallError("fcntl", err)
+	// The poll loop reads each pipe until EAGAIN, so each must be non-blocking, as
+	// os.Pipe made them; os.File.Fd would put them in blocking mode.
+	for _, p := range []struct {
+		f  *os.File
+		fd *int
+	}{{s.bp.stdoutR, &s.outFD}, {s.bp.stderrR, &s.errFD}, {s.bp.reportR, &s.repFD}} {
+		fd, err := nonblockingFD(p.f)
+		if err != nil {
+			return err
 		}
+		*p.fd = fd
 	}
 	if err := s.bp.handOver(); err != nil {
 		return fmt.Errorf("hand the spec to box init: %w", err)
@@ -549,6 +554,27 @@ func (s *session) stats() usage {
 		return usage{}
 	}
 	return usage{cpu: u.CPU, peak: u.PeakMemoryBytes, oomKills: u.OOMKills}
+}
+
+// nonblockingFD returns f's descriptor, in non-blocking mode, without os.File.Fd's
+// switch to blocking mode: f keeps owning it.
+func nonblockingFD(f *os.File) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	if err := rc.Control(func(u uintptr) { fd = int(u) }); err != nil {
+		return -1, err
+	}
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err == nil && fl&unix.O_NONBLOCK == 0 {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NONBLOCK)
+	}
+	if err != nil {
+		return -1, os.NewSyscallError("fcntl", err)
+	}
+	return fd, nil
 }
 
 // boxEndGrace is how long readSocket, once init's socket broke, waits for the Proc

@@ -12,6 +12,7 @@ import (
 	"github.com/moat-sandbox/moat/internal/box"
 	"github.com/moat-sandbox/moat/internal/childproc"
 	"github.com/moat-sandbox/moat/internal/testutil"
+	"golang.org/x/sys/unix"
 )
 
 // TestMain lets the test binary act as the box's init (it re-executes itself).
@@ -238,5 +239,45 @@ func TestSessionInterpreterKilledOnFirstCall(t *testing.T) {
 			t.Fatalf("session %d after the kill: %+v", i, res)
 		}
 		_ = s.Close()
+	}
+}
+
+// TestNonblockingFD: the session's pipes are read until EAGAIN, so nonblockingFD
+// hands out their descriptors non-blocking, whether os.Pipe made them so or not,
+// and leaves them to their os.File.
+func TestNonblockingFD(t *testing.T) {
+	r1, w1, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w1.Close()
+	p := make([]int, 2)
+	if err := unix.Pipe2(p, unix.O_CLOEXEC); err != nil { // blocking
+		t.Fatal(err)
+	}
+	r2 := os.NewFile(uintptr(p[0]), "blocking")
+	defer unix.Close(p[1])
+	for _, r := range []*os.File{r1, r2} {
+		fd, err := nonblockingFD(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			var b [1]byte
+			_, err := unix.Read(fd, b[:])
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, unix.EAGAIN) {
+				t.Errorf("%s: read of an empty pipe: %v, want EAGAIN", r.Name(), err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: read of an empty pipe blocked", r.Name())
+		}
+		if err := r.Close(); err != nil {
+			t.Errorf("%s: the os.File does not own its descriptor any more: %v", r.Name(), err)
+		}
 	}
 }
