@@ -83,6 +83,8 @@ type runnerDir struct {
 	dir, runner string // runner is the runner's path
 }
 
+// newRunnerDir lays out a runnerDir with extra (name to content) beside the runner's
+// files, with the engine of the config moat finds; the caller calls remove.
 func newRunnerDir(extra map[string][]byte) (*runnerDir, error) {
 	eng, err := newEngine("")
 	if err != nil {
@@ -120,6 +122,7 @@ func (r *runnerDir) command(doc, code string) *exec.Cmd {
 	return exec.Command(argv[0], argv[1:]...)
 }
 
+// remove deletes the directory and everything in it.
 func (r *runnerDir) remove() { os.RemoveAll(r.dir) }
 
 // pythonScript returns a realistic benign script of about n lines: classes, functions,

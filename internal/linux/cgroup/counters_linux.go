@@ -115,6 +115,7 @@ func (c *counters) stats() (s Stats, err error) {
 	return s, err
 }
 
+// close closes the files that are open; the counters read -1 after it.
 func (c *counters) close() {
 	for _, f := range []*counterFile{&c.cpu, &c.peak, &c.oom} {
 		if f.fd >= 0 {
