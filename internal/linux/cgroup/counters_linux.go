@@ -68,20 +68,19 @@ func (f *counterFile) read() (int64, error) {
 	if f.fd < 0 {
 		return -1, nil
 	}
-	var buf [512]byte
-	n := 0
-	for n < len(buf) {
-		k, err := unix.Pread(f.fd, buf[n:], int64(n))
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("read %s: %w", f.path, err)
-		}
-		if k == 0 {
+	// One read from offset 0: a control file's text is made whole for each read
+	// from its start (seq_file), and a counter file's is far shorter than buf.
+	var buf [4096]byte
+	var n int
+	var err error
+	for {
+		n, err = unix.Pread(f.fd, buf[:], 0)
+		if !errors.Is(err, unix.EINTR) {
 			break
 		}
-		n += k
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", f.path, err)
 	}
 	if n == len(buf) {
 		return 0, fmt.Errorf("read %s: longer than %d bytes", f.path, len(buf))
