@@ -101,9 +101,10 @@ import (
 //   - The server trusts from J only its first message, sent before any untrusted
 //     code exists, and takes J's pid from the kernel (SCM_CREDENTIALS), not from J.
 //   - On cgroup v1 J gets the box's tasks files with its go frame, opened by the
-//     server (whoever holds them could move any process into the box): J writes "0"
-//     to each, which moves J itself, and closes them before anything else, so L and
-//     the code never hold them.
+//     server (whoever holds them could move any process into the box; the server's
+//     own stay with the cgroup until it is destroyed): J writes "0" to each, which
+//     moves J itself, and closes them before anything else, so L and the code never
+//     hold them.
 //   - Forked children share the zygote's address-space layout and Python's hash
 //     seed; L reseeds numpy's global generator, and random reseeds itself at fork.
 //     Nothing secret lives in Z to be found at a known address.

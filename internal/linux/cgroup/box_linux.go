@@ -327,7 +327,7 @@ func (b *Box) TaskFDs() ([]int, error) {
 	return slices.Clone(fds), nil
 }
 
-// liveV1 says why what (EnterThread, TaskFiles) cannot be done with b, with b.mu
+// liveV1 says why what (EnterThread, TaskFDs) cannot be done with b, with b.mu
 // held: b is destroyed, or not v1, where a process of ours moves itself in through
 // the tasks files; on v2 a child is started in the box with FD.
 func (b *Box) liveV1(what string) error {
