@@ -358,14 +358,10 @@ func (b *Box) Stats() (Stats, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.destroyed {
-		return Stats{CPUUsage: -1, PeakMemoryBytes: -1, OOMKills: -1}, fmt.Errorf("stats of %s: %w", b.name, ErrDestroyed)
+		return unknownStats, fmt.Errorf("stats of %s: %w", b.name, ErrDestroyed)
 	}
-	if b.counters == nil {
-		c, err := b.openCounters()
-		if err != nil {
-			return Stats{CPUUsage: -1, PeakMemoryBytes: -1, OOMKills: -1}, err
-		}
-		b.counters = c
+	if err := b.openCounters(); err != nil {
+		return unknownStats, err
 	}
 	s, err := b.counters.stats()
 	if err == nil && s.OOMKills >= 0 {

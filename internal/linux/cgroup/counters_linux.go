@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,8 +26,12 @@ type counterFile struct {
 	fd   int
 }
 
-// openCounters opens b's counter files (see Stats for which).
-func (b *Box) openCounters() (*counters, error) {
+// openCounters opens b's counter files (see Stats for which) into b.counters,
+// unless they are open already. b.mu must be held.
+func (b *Box) openCounters() error {
+	if b.counters != nil {
+		return nil
+	}
 	var cpu, peak, oom string
 	if b.version == V2 {
 		d := b.dirs[0]
@@ -41,11 +43,8 @@ func (b *Box) openCounters() (*counters, error) {
 		peak = b.ctl["memory"] + "/memory.max_usage_in_bytes"
 		oom = b.ctl["memory"] + "/memory.oom_control"
 	}
-	c := &counters{cpu: counterFile{path: cpu, fd: -1}, peak: counterFile{path: peak, fd: -1},
+	c := &counters{cpu: counterFile{path: cpu, key: cpuKey(cpu), fd: -1}, peak: counterFile{path: peak, fd: -1},
 		oom: counterFile{path: oom, key: "oom_kill", fd: -1}}
-	if path.Base(cpu) == "cpu.stat" {
-		c.cpu.key = "usage_usec"
-	}
 	for _, f := range []*counterFile{&c.cpu, &c.peak, &c.oom} {
 		if f.path == "" {
 			continue
@@ -56,11 +55,12 @@ func (b *Box) openCounters() (*counters, error) {
 		}
 		if err != nil {
 			c.close()
-			return nil, fmt.Errorf("read %s: %w", f.path, err)
+			return fmt.Errorf("read %s: %w", f.path, err)
 		}
 		f.fd = fd
 	}
-	return c, nil
+	b.counters = c
+	return nil
 }
 
 // read returns the counter's value: -1 when the file or its key is not there.
@@ -95,18 +95,17 @@ func (f *counterFile) read() (int64, error) {
 	return v, err
 }
 
+// unknownStats are Stats with nothing known.
+var unknownStats = Stats{CPUUsage: -1, PeakMemoryBytes: -1, OOMKills: -1}
+
 // stats reads the three counters into Stats' units (CPU in nanoseconds).
-func (c *counters) stats() (s Stats, err error) {
-	s = Stats{CPUUsage: -1, PeakMemoryBytes: -1, OOMKills: -1}
+func (c *counters) stats() (Stats, error) {
+	s := unknownStats
 	cpu, err := c.cpu.read()
 	if err != nil {
 		return s, err
 	}
-	if cpu >= 0 && c.cpu.key == "usage_usec" {
-		s.CPUUsage = time.Duration(cpu) * time.Microsecond
-	} else {
-		s.CPUUsage = time.Duration(cpu)
-	}
+	s.CPUUsage = cpuTime(cpu, c.cpu.key)
 	if s.PeakMemoryBytes, err = c.peak.read(); err != nil {
 		return s, err
 	}

@@ -67,15 +67,31 @@ func UsageFiles(pid int, want string) (cpu, peak string, err error) {
 // cpuacct.usage (v1, nanoseconds), such as a cpu file of UsageFiles: -1 when the
 // file or the count is not there.
 func ReadCPU(file string) (time.Duration, error) {
+	key := cpuKey(file)
+	v, err := readStat(file, key)
+	return cpuTime(v, key), err
+}
+
+// cpuKey is the key of the CPU count in a cgroup's file: usage_usec in v2's
+// cpu.stat (microseconds); none in v1's cpuacct.usage, which holds the count alone
+// (nanoseconds).
+func cpuKey(file string) string {
 	if path.Base(file) == "cpu.stat" {
-		v, err := readStat(file, "usage_usec")
-		if v < 0 {
-			return -1, err
-		}
-		return time.Duration(v) * time.Microsecond, err
+		return "usage_usec"
 	}
-	v, err := readStat(file, "")
-	return time.Duration(v), err
+	return ""
+}
+
+// cpuTime is the CPU time a count read with key (cpuKey) stands for; -1 (the count
+// is not there) stays -1.
+func cpuTime(v int64, key string) time.Duration {
+	switch {
+	case v < 0:
+		return -1
+	case key == "usage_usec":
+		return time.Duration(v) * time.Microsecond
+	}
+	return time.Duration(v)
 }
 
 // ReadPeak reads the peak memory in bytes from a peak file of UsageFiles: -1 when

@@ -72,7 +72,11 @@ func (b *Box) spare() *Box {
 	if n, err := readInt(mem + "/memory.usage_in_bytes"); err != nil || n > maxSpareResidue {
 		return nil
 	}
-	oom, err := ReadOOMKills(mem + "/memory.oom_control")
+	// Through the counter files, which go with the directories to the next box.
+	if err := b.openCounters(); err != nil {
+		return nil
+	}
+	oom, err := b.counters.oom.read()
 	if err != nil {
 		return nil
 	}

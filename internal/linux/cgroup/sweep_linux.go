@@ -110,7 +110,8 @@ func Remove(name string) error {
 }
 
 // OwnerGone reports whether name is "box-<pid>-<suffix>" (or a kept box's,
-// SparePrefix and that) and no process <pid> exists. A zombie or a process we may not signal counts as alive.
+// SparePrefix and that) and no process <pid> exists. A zombie or a process we may
+// not signal counts as alive.
 // Sweep uses it for cgroups; the gvisor backend for its sandboxes' state.
 func OwnerGone(name string) bool {
 	rest, ok := strings.CutPrefix(strings.TrimPrefix(name, SparePrefix), "box-")
