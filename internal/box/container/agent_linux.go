@@ -25,6 +25,9 @@ const (
 	orderStall = 2 * time.Second
 	// drainLimit bounds sending what init's fds still hold once init has exited.
 	drainLimit = 10 * time.Second
+	// releaseWait bounds how long the agent keeps the container, every channel
+	// ended, for the host's release (proc.release).
+	releaseWait = 2 * time.Second
 )
 
 // Exit statuses of the agent when init did not give one.
@@ -82,6 +85,12 @@ func runMux() int {
 		}
 		return agentFail(err)
 	}
+	// Every channel has ended: the container lives on until the host has read its
+	// usage and releases it (proc.release), or stops reading, or releaseWait passed.
+	select {
+	case <-a.released:
+	case <-time.After(releaseWait):
+	}
 	return a.status
 }
 
@@ -107,6 +116,10 @@ type agent struct {
 	sendsOn [256]bool
 	wakeR   int
 	wakeW   int
+	// released is closed when the host ends channel 0 (it read the box's usage) or
+	// the stream from the host ends.
+	released    chan struct{}
+	releaseOnce sync.Once
 
 	mu         sync.Mutex
 	failed     error
@@ -120,7 +133,7 @@ type agent struct {
 // newAgent makes init's fds from the plan. childFiles are init's ends: stdout,
 // stderr, then fd 3, 4, ...; the caller closes them once init is started.
 func newAgent(plan *Plan, fw *frameWriter, fr *frameReader) (a *agent, childFiles []*os.File, err error) {
-	a = &agent{fw: fw, fr: fr, wakeR: -1, wakeW: -1}
+	a = &agent{fw: fw, fr: fr, wakeR: -1, wakeW: -1, released: make(chan struct{})}
 	var ours []int
 	defer func() {
 		if err != nil {
@@ -254,9 +267,12 @@ func (a *agent) fail(err error) {
 	a.wake()
 }
 
-// demux reads the host's frames: credit grants and data for init's "in" and "both"
-// fds. Any violation, or the end of the stream, is fatal.
+func (a *agent) release() { a.releaseOnce.Do(func() { close(a.released) }) }
+
+// demux reads the host's frames: credit grants, data for init's "in" and "both"
+// fds, and the release. Any violation, or the end of the stream, is fatal.
 func (a *agent) demux() {
+	defer a.release()
 	for {
 		ch, data, err := a.fr.next()
 		switch {
@@ -266,6 +282,8 @@ func (a *agent) demux() {
 		case err != nil:
 			a.fail(fmt.Errorf("read from the host: %w", err))
 			return
+		case ch == chanControl && len(data) == 0:
+			a.release()
 		case ch == chanControl:
 			err = a.cr.applyGrants(data, func(c uint8) bool { return a.sendsOn[c] })
 		case a.inboxes[ch] != nil:

@@ -23,8 +23,9 @@
 //	stdout, stderr, report   <-----  channels 1, 2, N  <--------  the code's output
 //	exit frame on channel 3  <-----                     <-------  {"kind":"exit"}, exits
 //	                                 reaps init, kill(-1),
-//	end of every channel     <-----  drains, exits with
-//	Wait: container exit             init's status
+//	end of every channel     <-----  drains
+//	reads the usage, release ---->   exits with init's status
+//	Wait: container exit
 //	Remove
 //
 // The container's attached stdin and stdout carry every fd of init, framed (mux.go:

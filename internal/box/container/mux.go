@@ -29,7 +29,10 @@ import (
 // # Channels
 //
 //	0      control: the host's first frame is the plan (JSON, at most maxPlanBytes);
-//	       after it, each side sends credit grants (see below)
+//	       after it, each side sends credit grants (see below). The host ends
+//	       channel 0 once every channel from the container has ended: the release,
+//	       after which the agent exits (until then it keeps the container, and with
+//	       it the counters of its usage, at most releaseWait)
 //	1, 2   init's stdout and stderr (container to host)
 //	N >= 3 init's fd N: host to container for "in" and "both",
 //	       container to host for "out" and "both"

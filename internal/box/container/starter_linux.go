@@ -289,12 +289,28 @@ func (p *proc) receive() error {
 			err = p.cr.applyGrants(data, func(c uint8) bool { return p.sendsOn[c] })
 		case p.inboxes[ch] != nil:
 			err = p.inboxes[ch].push(data)
+			if err == nil && len(data) == 0 && p.channelsEnded() {
+				p.release()
+			}
 		default:
 			err = protocolErr("frame on channel %d, which takes nothing from the box", ch)
 		}
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// release answers the end of every channel from the box: init has exited and the
+// agent has killed what was left, so the container's counters hold the box's whole
+// usage. The agent keeps the container until this answer (at most releaseWait):
+// without it the runtime may remove the container, and its cgroup, before the
+// channels' ends even reach the host, and a one-shot box is asked for its usage only
+// after that. Then the host ends channel 0, and the agent exits.
+func (p *proc) release() {
+	p.sampleUsage()
+	if err := p.fw.send(chanControl, nil); err != nil {
+		p.log.Debug("box stream: release", "err", err)
 	}
 }
 
@@ -509,10 +525,8 @@ func (p *proc) Placed() error { return nil }
 // could: init's account of the code stands).
 func (p *proc) Usage() (native.ProcUsage, bool) {
 	u := native.ProcUsage{OOMKills: p.c.OOMKills()}
+	p.sampleUsage()
 	p.usageMu.Lock()
-	if cpu, peak, ok := p.c.Usage(); ok {
-		p.lastCPU, p.lastPeak, p.hasUsage = cpu, peak, true
-	}
 	if p.hasUsage {
 		u.CPU, u.PeakMemoryBytes = p.lastCPU, p.lastPeak
 	}
@@ -525,6 +539,19 @@ func (p *proc) Usage() (native.ProcUsage, bool) {
 	default:
 	}
 	return u, true
+}
+
+// sampleUsage keeps the container's CPU time and peak memory when the runtime can
+// tell them now (both only grow: a sample that raced a later one changes nothing);
+// the last ones kept stand once it cannot.
+func (p *proc) sampleUsage() {
+	cpu, peak, ok := p.c.Usage()
+	if !ok {
+		return
+	}
+	p.usageMu.Lock()
+	p.lastCPU, p.lastPeak, p.hasUsage = max(p.lastCPU, cpu), max(p.lastPeak, peak), true
+	p.usageMu.Unlock()
 }
 
 // Isolation implements native.Proc: the runtime's, and Landlock where init has it.
