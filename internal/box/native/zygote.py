@@ -22,17 +22,20 @@ Processes:
 """
 
 import _signal
+import _socket
 import ctypes
 import fcntl
 import gc
-import json
 import os
-import platform
 import resource
 import select
-import socket
 import struct
 import sys
+
+# Nothing here imports socket, json or platform: with what they import (enum, re,
+# selectors, ...) they made the zygote 1.5 MB larger, and each box's fork copies the
+# page tables of all of it and its exit unmaps them. _socket serves, the runner's JSON
+# codec (serve's loads and quote) and os.uname do the rest.
 
 CONFIG = '/.moat/zygote.json'
 
@@ -108,7 +111,7 @@ def _mount(step, src, dst, fstype, flags, data=None):
         _check(-1, step, 'mount %s on %s' % ((src or fstype).decode(), dst.decode()))
 
 
-_NR = SYSCALLS.get(platform.machine(), {})
+_NR = SYSCALLS.get(os.uname().machine, {})
 
 
 def _syscall(name, *args):
@@ -116,31 +119,36 @@ def _syscall(name, *args):
     return _libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
 
 
-def serve(session):
+def serve(session, loads, quote):
     """The zygote's loop: one box per request on fd 3 (a SOCK_SEQPACKET socket; a
     request is a JSON object and five fds). Returns only in a box's interpreter, what
     session() returned there. The interpreter calls session() from the frame that
     forked it rather than return to the runner: returning would free what the frames
-    below hold (the config, the request), each freed object a page copied."""
+    below hold (the config, the request), each freed object a page copied. loads
+    (text to a value, ValueError when it is not JSON) and quote (a str as an ASCII
+    JSON string) are the runner's JSON codec."""
+    global _loads, _quote
+    _loads, _quote = loads, quote
     with open(CONFIG, 'rb') as fh:
-        cfg = _prepare(json.loads(fh.read()))
-    ctl = socket.socket(fileno=3)
+        cfg = _prepare(_json_loads(fh.read()))
+    ctl = _socket.socket(fileno=3)
     _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)  # the kernel reaps each J
     pidns = os.open('/proc/self/ns/pid', os.O_RDONLY | os.O_CLOEXEC)
     # Every object so far is shared with the boxes, page by page, until written:
     # keep the collector from walking (and so copying) them in each box.
     gc.collect()
+    _libc.malloc_trim(0)
     gc.freeze()
     ctl.sendall(b'{"kind":"ready"}')
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 8)
+            msg, fds = _recv_fds(ctl, 1 << 16, 8)
         except InterruptedError:
             continue
         if not msg:
             os._exit(0)  # the server is gone: so is the zygote box
         try:
-            req = json.loads(msg)
+            req = _json_loads(msg)
             ok = len(fds) == 5 and isinstance(req, dict)
         except ValueError:
             ok = False
@@ -192,7 +200,7 @@ def _box(cfg, req, fds, session):
     # PID 1 gets only the signals it handles from inside its namespace: none but
     # SIGCHLD, so the code cannot stop or interrupt it.
     _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
-    sock = socket.socket(fileno=sync)
+    sock = _socket.socket(fileno=sync)
     try:
         abi = _setup(cfg, req, sock)
     except Failed as e:
@@ -334,7 +342,7 @@ def _user_limits(sysfd, limits):
 
 
 def _loopback_up():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
     try:
         ifr = bytearray(struct.pack('16sH22x', b'lo', 0))
         fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, ifr)
@@ -378,14 +386,14 @@ def _await_go(sock):
     box's cgroup (the server's AddProc would cost each box an RCU grace period).
     Returns (fd, abi), or None when the kernel has no Landlock."""
     try:
-        data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 1 + _MAX_TASK_FILES)
+        data, fds = _recv_fds(sock, 1 << 16, 1 + _MAX_TASK_FILES)
         while len(data) < 4 or len(data) < 4 + struct.unpack_from('>I', data)[0]:
             more = sock.recv(1 << 16)
             if not more:
                 break
             data += more
         n = struct.unpack_from('>I', data)[0]
-        msg = json.loads(data[4:4 + n])
+        msg = _json_loads(data[4:4 + n])
     except (OSError, ValueError, struct.error) as e:
         raise Failed('await-go', 'read the go frame: %s' % e)
     if not msg.get('go'):
@@ -412,8 +420,38 @@ def _await_go(sock):
     return None
 
 
+_loads = _quote = None  # the runner's JSON codec (serve)
+
+
+def _json_loads(data):
+    """A JSON value from bytes; ValueError when they are not UTF-8 JSON."""
+    return _loads(data.decode('utf-8'))
+
+
+def _json_dumps(msg):
+    """A flat message (str keys; str, int, bool or None values) as ASCII JSON."""
+    def value(v):
+        if v is None or isinstance(v, bool):
+            return {None: 'null', True: 'true', False: 'false'}[v]
+        if isinstance(v, int):
+            return str(v)
+        return _quote(str(v))
+    return '{%s}' % ','.join('%s:%s' % (_quote(k), value(v)) for k, v in msg.items())
+
+
+def _recv_fds(sock, bufsize, maxfds):
+    """socket.recv_fds: the data and the fds passed with it (at most maxfds)."""
+    data, anc, _, _ = sock.recvmsg(bufsize, _socket.CMSG_LEN(maxfds * 4))
+    fds = []
+    for level, kind, cdata in anc:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            n = len(cdata) // 4
+            fds.extend(struct.unpack('%di' % n, cdata[:4 * n]))
+    return data, fds
+
+
 def _frame(msg):
-    body = json.dumps(msg).encode()
+    body = _json_dumps(msg).encode()
     return struct.pack('>I', len(body)) + body
 
 
@@ -445,7 +483,7 @@ def _read_frame(sock):
     if body is None:
         return None
     try:
-        return json.loads(body)
+        return _json_loads(body)
     except ValueError:
         return None
 

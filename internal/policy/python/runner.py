@@ -1628,9 +1628,9 @@ def _json_codec():
         try:
             obj, end = scan(s, 0)
         except StopIteration:
-            raise ValueError('the policy is not valid JSON') from None
+            raise ValueError('not valid JSON') from None
         if end != len(s):
-            raise ValueError('the policy has trailing data')
+            raise ValueError('trailing data after the JSON value')
         return obj
 
     return loads, _json.encode_basestring_ascii
@@ -2116,7 +2116,7 @@ def _serve_zygote(runner_dir, session):
     # Out of sys.modules here, once, rather than in each box, where walking sys.modules
     # and holding each module wrote to about 70 pages, each a copy (measured).
     held = [sys.modules.pop(name) for name in set(sys.modules) - before]  # noqa: F841
-    return g['serve'](session)
+    return g['serve'](session, *_json_codec())
 
 
 def _prepare_session(p, runner_dir, policy_path, preload=()):
