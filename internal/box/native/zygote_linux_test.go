@@ -789,12 +789,13 @@ func TestZygoteModulesOutOfReach(t *testing.T) {
 // TestZygoteFootprint: the zygote's anonymous memory exceeds a bare interpreter's
 // (started here with the same flags) by at most zygoteBudget. Every box's fork copies
 // the page tables of all of it and its exit unmaps them: each MiB cost every pooled box
-// about 0.12 ms of CPU, 1.5% of the throughput, measured. The zygote was 4 MiB over the
-// bare interpreter while zygote.py imported socket, json and platform and malloc's free
-// pages stayed in its heap; 3 MiB since.
+// about 0.12 ms of CPU, 1.5% of the throughput, measured. The zygote was 4.1 MiB over
+// the bare interpreter while zygote.py imported socket, json and platform and malloc's
+// free pages stayed in its heap, 3.1 MiB while it compiled zygote.py itself, 2.7 MiB
+// since.
 func TestZygoteFootprint(t *testing.T) {
 	testutil.RequireRoot(t)
-	const zygoteBudget = 3584 << 10
+	const zygoteBudget = 3 << 20
 	b := &Backend{}
 	t.Cleanup(func() { _ = b.Close() })
 	// The runner compiled, as the engine places it: compiling its source in the
