@@ -47,6 +47,8 @@ type benchReport struct {
 	Throughput []struct {
 		Clients, Executions, OK, Errors int
 		PerSecond                       float64 `json:"per_second"`
+		BarePerSecond                   float64 `json:"bare_per_second"`
+		Ratio                           float64 `json:"ratio_to_bare"`
 	} `json:"throughput"`
 	Memory []struct {
 		ID         string  `json:"id"`
@@ -170,7 +172,7 @@ func TestBenchShort(t *testing.T) {
 	levels := []int{}
 	for _, l := range rep.Throughput {
 		levels = append(levels, l.Clients)
-		if l.OK == 0 || l.OK != l.Executions || l.Errors != 0 || l.PerSecond <= 0 {
+		if l.OK == 0 || l.OK != l.Executions || l.Errors != 0 || l.PerSecond <= 0 || l.BarePerSecond <= 0 || l.Ratio <= 0 {
 			t.Errorf("throughput at %d clients: %+v", l.Clients, l)
 		}
 	}

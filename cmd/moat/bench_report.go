@@ -86,6 +86,13 @@ type throughputRow struct {
 	PoolHits   int64  `json:"pool_hits"`
 	PoolMisses int64  `json:"pool_misses"`
 	Error      string `json:"error,omitempty"` // the first failure
+	// BarePerSecond is the baseline measured right after the level: bare python3
+	// -c 'print(1)' processes run by as many clients, each back to back; Ratio is
+	// PerSecond over it (0 when either failed). BareError is the baseline's first
+	// failure.
+	BarePerSecond float64 `json:"bare_per_second"`
+	Ratio         float64 `json:"ratio_to_bare"`
+	BareError     string  `json:"bare_error,omitempty"`
 }
 
 // memoryRow is the memory of the server process or of one kind of warm box
@@ -224,22 +231,34 @@ func writeBenchReport(w io.Writer, r *benchReport) {
 	fmt.Fprintf(w, "\nThe workload is `%s`; the preloading profile extends default with `preload: [pandas]`, "+
 		"so its pooled interpreters import pandas before code arrives.\n\n", benchPandasCode)
 
-	fmt.Fprintln(w, "| throughput: fresh-box `print(1)`, warm pool | executions | ok | errors | pool hits | executions/s | p50 | p99 |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| throughput: fresh-box `print(1)`, warm pool | executions | ok | errors | pool hits | executions/s | p50 | p99 | bare python3 processes/s | ratio to bare |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, t := range r.Throughput {
 		name := fmt.Sprintf("%d concurrent client", t.Clients)
 		if t.Clients > 1 {
 			name += "s"
 		}
+		bare, ratio := "–", "–"
+		switch {
+		case t.BareError != "":
+			bare = "failed: " + t.BareError
+		case t.BarePerSecond > 0:
+			bare = fmt.Sprintf("%.1f", t.BarePerSecond)
+		}
+		if t.Ratio > 0 {
+			ratio = fmt.Sprintf("%.2f×", t.Ratio)
+		}
 		if t.OK == 0 {
-			fmt.Fprintf(w, "| %s | %d | 0 | %d | – | – | – | failed: %s |\n", name, t.Executions, t.Errors, t.Error)
+			fmt.Fprintf(w, "| %s | %d | 0 | %d | – | – | – | failed: %s | %s | – |\n", name, t.Executions, t.Errors, t.Error, bare)
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %d | %d/%d | %.1f | %s | %s |\n", name, t.Executions, t.OK, t.Errors,
-			t.PoolHits, t.PoolHits+t.PoolMisses, t.PerSecond, fmtMS(t.P50MS), fmtMS(t.P99MS))
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %d/%d | %.1f | %s | %s | %s | %s |\n", name, t.Executions, t.OK, t.Errors,
+			t.PoolHits, t.PoolHits+t.PoolMisses, t.PerSecond, fmtMS(t.P50MS), fmtMS(t.P99MS), bare, ratio)
 	}
 	fmt.Fprintln(w, "\nEach level starts with the pool full and runs its executions back to back per client; "+
-		"executions/s counts the ok ones over the level's wall time; pool hits are the executions that found a ready box.")
+		"executions/s counts the ok ones over the level's wall time; pool hits are the executions that found a ready box. "+
+		"Right after each level, as many clients run bare `python3 -c 'print(1)'` processes back to back "+
+		"(a fifth as many runs): the machine's own rate at that moment, which the ratio compares with.")
 	fmt.Fprintln(w)
 
 	fmt.Fprintln(w, "| memory | boxes | processes each | RSS | PSS | private | memory cgroup |")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -377,7 +378,52 @@ func (s *benchServers) throughput(levels []int, per int) []throughputRow {
 			wall := last.Sub(start)
 			row.WallMS, row.PerSecond = benchMS(wall), round(float64(row.OK)/wall.Seconds(), 10)
 		}
+		bare, err := bareThroughput(s.ctx, clients, max(clients, row.Executions/5))
+		if err != nil {
+			row.BareError = err.Error()
+		} else {
+			row.BarePerSecond = round(bare, 10)
+			if row.PerSecond > 0 && bare > 0 {
+				row.Ratio = round(row.PerSecond/bare, 100)
+			}
+		}
 		rows = append(rows, row)
 	}
 	return rows
+}
+
+// bareThroughput is the rate at which clients, each back to back, run total bare
+// benchPython -c 'print(1)' processes: throughput's baseline, the machine's speed at
+// that moment. It fails at the first process that does not print 1.
+func bareThroughput(ctx context.Context, clients, total int) (float64, error) {
+	each := max(1, total/clients)
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	start := time.Now()
+	for range clients {
+		wg.Go(func() {
+			for range each {
+				out, err := exec.CommandContext(ctx, benchPython, "-c", "print(1)").Output()
+				if err == nil && string(out) != "1\n" {
+					err = fmt.Errorf("printed %q", out)
+				}
+				if err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return 0, first
+	}
+	return float64(each*clients) / time.Since(start).Seconds(), nil
 }
