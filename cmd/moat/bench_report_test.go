@@ -157,9 +157,9 @@ func TestBenchReport(t *testing.T) {
 			{Clients: 4, Executions: 160, OK: 160, PerSecond: 30.5, P50MS: 120, P99MS: 300, PoolHits: 12, PoolMisses: 148, BarePerSecond: 122, Ratio: 0.25},
 			{Clients: 8, Executions: 160, OK: 160, PerSecond: 31, P50MS: 240, P99MS: 600, PoolHits: 8, PoolMisses: 152, BareError: "exit status 1"},
 		},
-		Memory:     []memoryRow{{ID: "box_python", Name: "warm box, bare Python", Boxes: 2, Procs: 2, RSSMiB: 21.9, PSSMiB: 9.7, PrivateMiB: 7.2}},
-		Policy:     []policyRow{{Name: "shell checker", CostMS: 0.59, Share: 1}},
-		Flood:      floodResult{Status: "output_limit", PeakRSSMiB: 20},
+		Memory: []memoryRow{{ID: "box_python", Name: "warm box, bare Python", Boxes: 2, Procs: 2, RSSMiB: 21.9, PSSMiB: 9.7, PrivateMiB: 7.2}},
+		Policy: []policyRow{{Name: "shell checker", CostMS: 0.59, Share: 1}},
+		Flood:  floodResult{Status: "output_limit", PeakRSSMiB: 20},
 	}
 	var md bytes.Buffer
 	writeBenchReport(&md, rep)
