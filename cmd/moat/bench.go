@@ -32,7 +32,8 @@ p90 and p99 latencies with ratios to bare python3 measured in the same run:
     warm pool on, against one with the pool off, and against one on the docker
     backend with the warm pool on (when available); a session call of 1+1;
   - the pandas workload: bare, cold moat run, warm pool, warm pool preloading pandas;
-  - throughput of fresh-box print(1) at 1, 2, 4 and 8 concurrent clients;
+  - throughput of fresh-box print(1) at 1, 2, 4 and 8 concurrent clients, each
+    against bare python3 processes run by as many clients right after it;
   - the server's RSS when idle and the memory of one warm box;
   - what the policy costs, and moat's peak RSS while a box floods its output;
   - what the egress proxy costs, in this process and on loopback only: one HTTPS
