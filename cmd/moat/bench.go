@@ -150,9 +150,9 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 
 	progress("print(1): %d runs per case", *n)
 	part("print(1)")
-	rd, err := newRunnerDir(map[string][]byte{"main.py": []byte("print(1)\n")})
+	rd, err := newRunnerDir(map[string][]byte{"main.py": []byte("print(1)\n"), "script.py": []byte(pythonScript(300))})
 	if err != nil {
-		rep.failed("the runner with no box: %v", err)
+		rep.failed("the runner's files, for the runner with no box and the policy cost: %v", err)
 	} else {
 		defer rd.remove()
 	}
@@ -187,13 +187,13 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 
 	progress("policy cost")
 	part("policy")
-	if cold := rowByID(rep.Latency, "run_cold"); cold.Runs > 0 {
-		rows, err := policyCost(*n, pct(cold.times, 50))
+	if cold := rowByID(rep.Latency, "run_cold"); cold.Runs > 0 && rd != nil {
+		rows, err := policyCost(rd, *n, pct(cold.times, 50))
 		if err != nil {
 			rep.failed("policy cost: %v", err)
 		}
 		rep.Policy = rows
-	} else {
+	} else if rd != nil {
 		rep.failed("policy cost: no `moat run` cold to compare with")
 	}
 	progress("output flood")
@@ -265,9 +265,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 // start and exit, and the Python runner run on this host with no box (rd, nil when
 // it could not be laid out: that row is then skipped).
 func printCases(self string, srv *benchServers, rd *runnerDir) (cases []benchCase, skipped []benchRow) {
-	cases = append(cases, procCase("bare", "bare `python3 -c 'print(1)'`", "1\n", func() *exec.Cmd {
-		return exec.Command(benchPython, "-c", "print(1)")
-	}))
+	cases = append(cases, bareCase())
 	if bw, err := exec.LookPath("bwrap"); err == nil {
 		cases = append(cases, procCase("bwrap", "bubblewrap, all namespaces", "1\n", func() *exec.Cmd {
 			return exec.Command(bw, "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
@@ -344,6 +342,14 @@ func procCase(id, name, want string, cmd func() *exec.Cmd) benchCase {
 		}
 		return nil
 	}}
+}
+
+// bareCase runs bare python3 -c 'print(1)': the baseline of the print(1) table and
+// of each throughput level.
+func bareCase() benchCase {
+	return procCase("bare", "bare `python3 -c 'print(1)'`", "1\n", func() *exec.Cmd {
+		return exec.Command(benchPython, "-c", "print(1)")
+	})
 }
 
 // moatRunCase runs code with `moat run`, cold, with the extra flags.

@@ -20,12 +20,7 @@ import (
 // check and audit hooks) on a 300-line script against the same script run by bare
 // python3, and the shell checker on a 100-line script. Both are reported as a share of
 // the median `moat run` of print(1) measured in the same bench run.
-func policyCost(n int, moatRun time.Duration) ([]policyRow, error) {
-	rd, err := newRunnerDir(map[string][]byte{"script.py": []byte(pythonScript(300))})
-	if err != nil {
-		return nil, err
-	}
-	defer rd.remove()
+func policyCost(rd *runnerDir, n int, moatRun time.Duration) ([]policyRow, error) {
 	script := filepath.Join(rd.dir, "script.py")
 	// The same interpreter and flags as the runner's (python.Interpreter), running the
 	// script itself: the difference is the runner alone (its stand-in for site too).

@@ -238,7 +238,7 @@ func writeBenchReport(w io.Writer, r *benchReport) {
 		if t.Clients > 1 {
 			name += "s"
 		}
-		bare, ratio := "–", "–"
+		bare, rel := "–", "–"
 		switch {
 		case t.BareError != "":
 			bare = "failed: " + t.BareError
@@ -246,14 +246,14 @@ func writeBenchReport(w io.Writer, r *benchReport) {
 			bare = fmt.Sprintf("%.1f", t.BarePerSecond)
 		}
 		if t.Ratio > 0 {
-			ratio = fmt.Sprintf("%.2f×", t.Ratio)
+			rel = ratio(t.Ratio)
 		}
 		if t.OK == 0 {
 			fmt.Fprintf(w, "| %s | %d | 0 | %d | – | – | – | failed: %s | %s | – |\n", name, t.Executions, t.Errors, t.Error, bare)
 			continue
 		}
 		fmt.Fprintf(w, "| %s | %d | %d | %d | %d/%d | %.1f | %s | %s | %s | %s |\n", name, t.Executions, t.OK, t.Errors,
-			t.PoolHits, t.PoolHits+t.PoolMisses, t.PerSecond, fmtMS(t.P50MS), fmtMS(t.P99MS), bare, ratio)
+			t.PoolHits, t.PoolHits+t.PoolMisses, t.PerSecond, fmtMS(t.P50MS), fmtMS(t.P99MS), bare, rel)
 	}
 	fmt.Fprintln(w, "\nEach level starts with the pool full and runs its executions back to back per client; "+
 		"executions/s counts the ok ones over the level's wall time; pool hits are the executions that found a ready box. "+

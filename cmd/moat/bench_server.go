@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -393,10 +392,11 @@ func (s *benchServers) throughput(levels []int, per int) []throughputRow {
 }
 
 // bareThroughput is the rate at which clients, each back to back, run total bare
-// benchPython -c 'print(1)' processes: throughput's baseline, the machine's speed at
-// that moment. It fails at the first process that does not print 1.
+// python3 processes (bareCase): throughput's baseline, the machine's speed at that
+// moment. It fails at the first process that does not print 1, or once ctx ends.
 func bareThroughput(ctx context.Context, clients, total int) (float64, error) {
 	each := max(1, total/clients)
+	bare := bareCase()
 	var (
 		mu    sync.Mutex
 		first error
@@ -406,9 +406,9 @@ func bareThroughput(ctx context.Context, clients, total int) (float64, error) {
 	for range clients {
 		wg.Go(func() {
 			for range each {
-				out, err := exec.CommandContext(ctx, benchPython, "-c", "print(1)").Output()
-				if err == nil && string(out) != "1\n" {
-					err = fmt.Errorf("printed %q", out)
+				err := ctx.Err()
+				if err == nil {
+					err = bare.run()
 				}
 				if err != nil {
 					mu.Lock()
